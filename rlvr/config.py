@@ -1,0 +1,308 @@
+"""Typed configuration: YAML file + `key=value` overrides -> validated `Config`.
+
+Every section rejects unknown keys, and every error names the offending key and where it came from (the YAML
+file or the command-line override), because a silently ignored key is the most expensive bug in RL tuning.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rlvr.algorithms.presets import PRESETS, expand_preset
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the key and its origin in the message."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(Strict):
+    name: str | None = None  # defaults to the config file's stem; the run directory is <output_dir>/<name>-<time>
+    output_dir: str = "runs"
+    seed: int = 42
+    max_steps: int = Field(20, ge=1)
+    eval_every: int = Field(5, ge=0)  # 0: no validation; otherwise at step 0, every k steps and at the end
+    save_every: int = Field(0, ge=0)  # 0: no checkpoints
+    keep_checkpoints: int = Field(2, ge=1)
+    resume: str | None = None  # "latest" or a checkpoint directory
+    progress_bar: bool = True
+
+
+class TrackersConfig(Strict):
+    jsonl: bool = True
+    tensorboard: bool = True
+    wandb: bool = True
+    wandb_project: str = "rlvr"
+    # auto: online when the user is logged in to W&B (API key present), offline otherwise.
+    wandb_mode: Literal["auto", "offline", "online"] = "auto"
+
+
+class RayConfig(Strict):
+    address: str | None = None  # None: an embedded local cluster; "auto" or ray://...: join an existing one
+    num_cpus: int | None = None
+
+
+class ModelConfig(Strict):
+    path: str = "smollm2-135m-instruct"  # the embedded default, or any local HF model directory
+    cache_dir: str | None = None
+
+
+class DataConfig(Strict):
+    train_files: list[str]
+    val_files: list[str] = []
+    prompt_key: str = "prompt"
+    messages_key: str = "messages"
+    answer_key: str = "ground_truth"
+    domain_key: str = "domain"
+    tag_key: str = "tag"
+    tag_to_domain: dict[str, str] = {}
+    id_key: str = "id"
+    system_prompt: str | None = None
+    max_prompt_length: int = Field(256, ge=1)  # longer prompts are dropped, counted and logged
+
+
+class RewardConfig(Strict):
+    worker: str  # import path of a RewardWorker subclass, e.g. rlvr.workers.rewards.math_rule.MathRuleRewardWorker
+    world_size: int = Field(1, ge=1)
+    max_concurrency: int = Field(16, ge=1)
+    timeout_s: float = Field(30.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    retry_backoff_s: float = Field(0.5, ge=0)
+    args: dict[str, Any] = {}  # passed to the worker's constructor
+
+
+class DomainConfig(Strict):
+    reward: RewardConfig
+
+
+class RolloutConfig(Strict):
+    prompts_per_step: int = Field(8, ge=1)
+    group_size: int = Field(4, ge=1)
+    domain_interleave_probs: dict[str, float] = {}  # empty: the single domain, or an error if there are several
+    max_in_flight_prompts: int = Field(32, ge=1)  # admission cap per scheduler
+
+    @field_validator("domain_interleave_probs")
+    @classmethod
+    def _probs_valid(cls, probs: dict[str, float]) -> dict[str, float]:
+        for name, p in probs.items():
+            if not (isinstance(p, (int, float)) and math.isfinite(p) and p >= 0):
+                raise ValueError(f"probability of domain '{name}' must be a finite number >= 0, got {p!r}")
+        if probs and abs(sum(probs.values()) - 1.0) > 1e-6:
+            raise ValueError(f"probabilities must sum to 1, they sum to {sum(probs.values()):.6g}")
+        return probs
+
+
+class GenerationConfig(Strict):
+    engine: Literal["hf"] = "hf"
+    world_size: int = Field(1, ge=1)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    max_new_tokens: int = Field(128, ge=1)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    max_batch_size: int = Field(64, ge=1)  # sequences per engine batch (requests are batched across prompts)
+    return_logprobs: bool = False  # behaviour logprobs with each sample (costs one extra forward in the hf engine)
+    torch_threads: int | None = None
+
+
+class ValidationConfig(Strict):
+    temperature: float = Field(0.0, ge=0)  # 0: greedy
+    max_new_tokens: int | None = None  # None: generation.max_new_tokens
+    max_prompts_per_domain: int | None = Field(64, ge=1)
+
+
+class ActorTrainConfig(Strict):
+    strategy: Literal["torch"] = "torch"
+    world_size: int = Field(1, ge=1, le=1)  # data parallelism arrives with the deepspeed strategy
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    max_grad_norm: float | None = 1.0
+    mini_batch_size: int | None = Field(None, ge=1)  # sequences per optimizer step; None: one step per batch
+    micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (gradient accumulation)
+    ppo_epochs: int = Field(1, ge=1)
+    bf16_autocast: bool = True
+    gradient_checkpointing: bool = False
+    torch_threads: int | None = None
+    weight_sync_check_every: int = Field(1, ge=0)  # logprob parity check after weight sync; 0: never
+
+
+class AlgorithmConfig(Strict):
+    """Loss and advantage settings. `preset` expands to documented defaults (rlvr/algorithms/presets.py);
+    every other key here overrides the preset's value."""
+
+    preset: str = "grpo"
+    adv_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"] = "grpo"
+    norm_adv_by_std: bool = True
+    clip_eps_low: float = Field(0.2, ge=0)
+    clip_eps_high: float = Field(0.2, ge=0)
+    dual_clip_c: float | None = Field(None, gt=1)
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        "token-mean"
+    )
+    kl_loss_coef: float = Field(0.0, ge=0)  # > 0 starts the reference cluster
+    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl", "abs"] = "low_var_kl"
+    entropy_coef: float = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            data = {"preset": data}
+        if isinstance(data, dict):
+            data = expand_preset(data)
+        return data
+
+
+class Config(Strict):
+    run: RunConfig = RunConfig()
+    trackers: TrackersConfig = TrackersConfig()
+    ray: RayConfig = RayConfig()
+    model: ModelConfig = ModelConfig()
+    data: DataConfig
+    domains: dict[str, DomainConfig]
+    rollout: RolloutConfig = RolloutConfig()
+    generation: GenerationConfig = GenerationConfig()
+    validation: ValidationConfig = ValidationConfig()
+    actor_train: ActorTrainConfig = ActorTrainConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "Config":
+        domains = set(self.domains)
+        if not domains:
+            raise ValueError("domains: at least one domain with a reward worker is needed")
+        probs = self.rollout.domain_interleave_probs
+        if not probs:
+            if len(domains) > 1:
+                raise _keyed("rollout.domain_interleave_probs", f"required with several domains {sorted(domains)}")
+            self.rollout.domain_interleave_probs = {next(iter(domains)): 1.0}
+        elif set(probs) != domains:
+            raise _keyed(
+                "rollout.domain_interleave_probs",
+                f"must give a probability for exactly the configured domains {sorted(domains)}, got {sorted(probs)}",
+            )
+        for tag, domain in self.data.tag_to_domain.items():
+            if domain not in domains:
+                raise _keyed(f"data.tag_to_domain.{tag}", f"domain '{domain}' is not one of {sorted(domains)}")
+        batch = self.rollout.prompts_per_step * self.rollout.group_size
+        mini = self.actor_train.mini_batch_size
+        if mini is not None and batch % mini:
+            raise _keyed(
+                "actor_train.mini_batch_size",
+                f"{mini} must divide the batch of {batch} sequences (prompts_per_step x group_size)",
+            )
+        return self
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.algorithm.kl_loss_coef > 0
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.rollout.prompts_per_step * self.rollout.group_size
+
+
+class _KeyedError(ValueError):
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
+def _keyed(key: str, message: str) -> _KeyedError:
+    return _KeyedError(key, message)
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a", "b", "c"], value parsed as YAML, so 3 is an int and [a, b] a list)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override '{text}': expected key=value, e.g. run.max_steps=2")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+
+
+def apply_override(tree: dict, path: list[str], value: Any) -> None:
+    node = tree
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if isinstance(child, str) and path[: i + 1] == ["algorithm"]:
+            child = {"preset": child}  # `algorithm: dapo` in YAML plus `algorithm.x=...` on the command line
+        if child is None:
+            child = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{'.'.join(path)}': '{'.'.join(path[: i + 1])}' is not a section")
+        node[part] = child
+        node = child
+    node[path[-1]] = value
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    path = Path(path)
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    overridden: dict[str, str] = {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        apply_override(tree, keys, value)
+        overridden[".".join(keys)] = text
+    try:
+        cfg = Config.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_describe(err, path, overridden)) from None
+    if cfg.run.name is None:
+        cfg.run.name = path.stem
+    return cfg
+
+
+def _describe(err: ValidationError, path: Path, overridden: dict[str, str]) -> str:
+    lines = []
+    for item in err.errors():
+        key = ".".join(str(p) for p in item["loc"])
+        msg = item["msg"]
+        ctx_err = (item.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, _KeyedError):  # a cross-field check that knows its key
+            key = key + "." + ctx_err.key if key else ctx_err.key
+            msg = ctx_err.message
+        elif item["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        origin = next((f"override '{o}'" for k, o in overridden.items() if key == k or key.startswith(k + ".")), None)
+        lines.append(f"{origin or path}: {key or '<top level>'}: {msg}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def save_resolved(cfg: Config, run_dir: Path) -> Path:
+    out = run_dir / "config.yaml"
+    out.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return out
+
+
+def config_from_dict(tree: dict) -> Config:
+    """For tests and programmatic use: the same validation as load_config."""
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_describe(err, Path("<dict>"), {})) from None
+
+
+__all__ = ["Config", "ConfigError", "PRESETS", "load_config", "config_from_dict", "save_resolved"]

@@ -1,0 +1,138 @@
+"""Config errors name the key and where it came from; presets expand; overrides parse as YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlvr.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, tree: dict) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def base() -> dict:
+    reward = {"worker": "rlvr.workers.rewards.math_rule.MathRuleRewardWorker"}
+    return {"data": {"train_files": ["t.jsonl"]},
+            "domains": {"a": {"reward": dict(reward)}, "b": {"reward": dict(reward)}},
+            "rollout": {"domain_interleave_probs": {"a": 0.25, "b": 0.75}}}
+
+
+def test_shipped_config_loads_and_names_the_run():
+    cfg = load_config(REPO / "configs/math.yaml")
+    assert cfg.run.name == "math"
+    assert set(cfg.domains) == {"arithmetic", "word_problems"}
+    assert cfg.algorithm.adv_estimator == "grpo"
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    tree = base()
+    tree["rollout"]["group_sise"] = 4
+    path = write(tmp_path, tree)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}: rollout.group_sise: unknown key" in str(err.value)
+
+
+def test_unknown_key_from_override_names_the_override(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, base()), ["actor_train.learning_rate=1e-5"])
+    assert "override 'actor_train.learning_rate=1e-5': actor_train.learning_rate: unknown key" in str(err.value)
+
+
+def test_wrong_type_names_key(tmp_path):
+    tree = base()
+    tree["rollout"]["group_size"] = "four"
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, tree))
+    assert "rollout.group_size" in str(err.value) and "integer" in str(err.value)
+
+
+def test_probabilities_must_sum_to_one(tmp_path):
+    tree = base()
+    tree["rollout"]["domain_interleave_probs"] = {"a": 0.5, "b": 0.6}
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, tree))
+    assert "rollout.domain_interleave_probs: probabilities must sum to 1, they sum to 1.1" in str(err.value)
+
+
+@pytest.mark.parametrize("probs, fragment", [
+    ({"a": 1.0}, "exactly the configured domains"),
+    ({"a": -0.5, "b": 1.5}, "must be a finite number >= 0"),
+])
+def test_probabilities_cover_domains_and_are_non_negative(tmp_path, probs, fragment):
+    tree = base()
+    tree["rollout"]["domain_interleave_probs"] = probs
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, tree))
+    assert "rollout.domain_interleave_probs" in str(err.value) and fragment in str(err.value)
+
+
+def test_several_domains_need_probabilities(tmp_path):
+    tree = base()
+    del tree["rollout"]
+    with pytest.raises(ConfigError, match="rollout.domain_interleave_probs: required with several domains"):
+        load_config(write(tmp_path, tree))
+
+
+def test_single_domain_defaults_to_probability_one(tmp_path):
+    tree = base()
+    del tree["domains"]["b"], tree["rollout"]
+    assert load_config(write(tmp_path, tree)).rollout.domain_interleave_probs == {"a": 1.0}
+
+
+def test_tag_map_must_point_to_a_domain(tmp_path):
+    tree = base()
+    tree["data"]["tag_to_domain"] = {"algebra": "c"}
+    with pytest.raises(ConfigError, match="data.tag_to_domain.algebra: domain 'c' is not one of"):
+        load_config(write(tmp_path, tree))
+
+
+def test_mini_batch_must_divide_batch(tmp_path):
+    with pytest.raises(ConfigError, match="actor_train.mini_batch_size: 5 must divide the batch of 32"):
+        load_config(write(tmp_path, base()), ["actor_train.mini_batch_size=5"])
+
+
+def test_preset_expands_and_user_keys_win(tmp_path):
+    tree = base()
+    tree["algorithm"] = "dr_grpo"
+    cfg = load_config(write(tmp_path, tree), ["algorithm.clip_eps_high=0.28"])
+    assert cfg.algorithm.preset == "dr_grpo"
+    assert cfg.algorithm.norm_adv_by_std is False
+    assert cfg.algorithm.loss_agg_mode == "seq-mean-token-sum-norm"
+    assert cfg.algorithm.clip_eps_high == 0.28
+
+
+def test_unknown_preset_lists_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match="unknown algorithm preset 'ppo2'; known presets: dr_grpo, grpo"):
+        load_config(write(tmp_path, base()), ["algorithm=ppo2"])
+
+
+def test_overrides_parse_values_as_yaml(tmp_path):
+    cfg = load_config(write(tmp_path, base()), ["run.max_steps=3", "data.val_files=[v1.jsonl, v2.jsonl]",
+                                                "actor_train.bf16_autocast=false"])
+    assert cfg.run.max_steps == 3
+    assert cfg.data.val_files == ["v1.jsonl", "v2.jsonl"]
+    assert cfg.actor_train.bf16_autocast is False
+
+
+@pytest.mark.parametrize("bad", ["max_steps", "=3", "run.max_steps.x=1"])
+def test_malformed_overrides(tmp_path, bad):
+    with pytest.raises(ConfigError):
+        load_config(write(tmp_path, base()), [bad])
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run: [unclosed")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(bad)
