@@ -1,0 +1,64 @@
+"""The actor's objective for one micro-batch: clipped policy gradient + optional KL and entropy terms.
+
+Pure function of tensors and settings; the training strategy calls it once per micro-batch with the global
+token/sequence counts of the mini-batch, so the summed gradients equal the full mini-batch's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.algorithms.kl import kl_penalty
+from rlvr.algorithms.policy_loss import aggregate_loss, ppo_clip_loss
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    dual_clip_c: float | None = None
+    loss_agg_mode: str = "token-mean"
+    kl_loss_coef: float = 0.0
+    kl_estimator: str = "low_var_kl"
+    entropy_coef: float = 0.0
+    max_response_len: int | None = None  # for seq-mean-token-sum-norm
+
+
+def actor_objective(
+    logp: torch.Tensor,
+    entropy: torch.Tensor,
+    tensors: dict[str, torch.Tensor],
+    settings: ObjectiveSettings,
+    n_tokens: torch.Tensor,
+    n_seqs: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Returns (loss, stats). Stats are this micro-batch's share of the mini-batch mean (weighted by its tokens),
+    so summing them over the micro-batches gives the mini-batch value."""
+    mask = tensors["loss_mask"]
+    # On-policy single update: the behaviour policy is the current one, so old_logp = logp (ratio 1, no
+    # extra forward pass). With several updates per batch the driver provides old_logp.
+    old_logp = tensors["old_logp"] if "old_logp" in tensors else logp.detach()
+    pg, pg_stats = ppo_clip_loss(logp, old_logp, tensors["advantages"], mask, settings.clip_eps_low,
+                                 settings.clip_eps_high, settings.dual_clip_c)
+
+    def agg(per_token: torch.Tensor) -> torch.Tensor:
+        return aggregate_loss(per_token, mask, settings.loss_agg_mode, n_tokens_global=n_tokens,
+                              n_seqs_global=n_seqs, max_response_len=settings.max_response_len)
+
+    pg_loss = agg(pg)
+    loss = pg_loss
+    share = mask.sum() / n_tokens
+    stats = {"pg_loss": pg_loss.detach(), **{k: v.detach() * share for k, v in pg_stats.items()}}
+    if settings.kl_loss_coef > 0:
+        kl = kl_penalty(logp, tensors["ref_logp"], settings.kl_estimator)
+        kl_loss = agg(kl)
+        loss = loss + settings.kl_loss_coef * kl_loss
+        stats["kl_loss"] = kl_loss.detach()
+    ent = (entropy * mask).sum() / n_tokens
+    if settings.entropy_coef:
+        loss = loss - settings.entropy_coef * ent
+    stats["entropy"] = ent.detach()
+    stats["loss"] = loss.detach()
+    return loss, stats
