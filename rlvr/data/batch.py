@@ -1,0 +1,71 @@
+"""The training-side batch shared by every worker: padded tensors, one row per sample.
+
+Layout (right padding): `input_ids[b] = prompt_ids + response_ids + pad`. Token-level tensors have T-1 columns and
+are aligned with the *targets* `input_ids[:, 1:]`: column t holds what concerns the token at position t+1 (its
+logprob, its advantage, whether it counts in the loss). `loss_mask` is 1 on response tokens of samples whose reward
+is valid, so a failed reward never enters the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.data.types import Sample
+
+
+@dataclass
+class TrainBatch:
+    tensors: dict[str, torch.Tensor]
+
+    def __len__(self) -> int:
+        return self.tensors["input_ids"].shape[0]
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.tensors[key]
+
+    def get(self, key: str) -> torch.Tensor | None:
+        return self.tensors.get(key)
+
+    def with_tensor(self, key: str, value: torch.Tensor) -> "TrainBatch":
+        return TrainBatch({**self.tensors, key: value})
+
+    def select(self, index: torch.Tensor | slice) -> "TrainBatch":
+        return TrainBatch({k: v[index] for k, v in self.tensors.items()})
+
+    def split(self, size: int) -> list["TrainBatch"]:
+        return [self.select(slice(i, i + size)) for i in range(0, len(self), size)]
+
+    def trimmed(self) -> "TrainBatch":
+        """Drop the padding columns that every row has, so a micro-batch of short rows costs less compute."""
+        width = int(self.tensors["attention_mask"].sum(dim=1).max())
+        out = {}
+        for k, v in self.tensors.items():
+            if v.dim() == 2 and k in ("input_ids", "attention_mask"):
+                out[k] = v[:, :width]
+            elif v.dim() == 2:
+                out[k] = v[:, : width - 1]
+            else:
+                out[k] = v
+        return TrainBatch(out)
+
+
+def build_train_batch(samples: list[Sample], seq_advantages: torch.Tensor, pad_id: int) -> TrainBatch:
+    """Pad samples into a TrainBatch; each sample's scalar advantage is spread over its response tokens."""
+    lengths = [len(s.prompt.prompt_ids) + len(s.response_ids) for s in samples]
+    width = max(lengths)
+    n = len(samples)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    loss_mask = torch.zeros((n, width - 1), dtype=torch.float32)
+    for b, s in enumerate(samples):
+        p, r = len(s.prompt.prompt_ids), len(s.response_ids)
+        input_ids[b, : p + r] = torch.tensor(s.prompt.prompt_ids + s.response_ids, dtype=torch.long)
+        attention_mask[b, : p + r] = 1
+        if s.scored_ok:
+            loss_mask[b, p - 1 : p + r - 1] = 1.0  # target positions p .. p+r-1 are the response tokens
+    advantages = seq_advantages.to(torch.float32)[:, None] * loss_mask
+    return TrainBatch(
+        {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask, "advantages": advantages}
+    )

@@ -1,0 +1,244 @@
+"""Dataset loading: files (jsonl / json / parquet, read with HF `datasets`) -> routed `Prompt`s -> token ids.
+
+The flow, each step a plain function:
+
+    rows = load_rows(path)                                            # list[dict], one per row
+    prompts = rows_to_prompts(rows, path, fmt, known_domains, split)  # routed, validated Prompts
+    prompts, dropped = tokenize_prompts(prompts, tokenizer, max_prompt_length)
+    by_domain = split_by_domain(prompts)                              # one list per domain scheduler
+
+(`load_prompts` runs the first two over several files.) Every problem with a row raises `DataError` with the
+file and the 0-based row index in front (`data/math/train.jsonl:17: ...`); a row whose domain has no reward
+worker is an error, never a silent default (DESIGN.md, DynamicSamplingScheduler).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlvr.data.types import Prompt
+
+FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+class DataError(ValueError):
+    """A data file or row that cannot be used; the message names the file and, for a row, its index."""
+
+
+@dataclass
+class RowFormat:
+    """Which columns of a row hold what.
+
+    The prompt is `messages_key` (a list of {role, content} chat messages) or, failing that, `prompt_key`
+    (a string: a raw text prompt; or a list of messages, as in verl-style files). The domain is `domain_key`,
+    or failing that `tag_to_domain[row[tag_key]]`. `id_key` (optional) names the row in its uid.
+    `system_prompt`, when set, is prepended as a system message to chat prompts that have none of their own
+    (a row's own system message wins), and in front of raw text prompts followed by a blank line.
+    """
+
+    prompt_key: str = "prompt"
+    messages_key: str = "messages"
+    answer_key: str = "ground_truth"
+    domain_key: str = "domain"
+    tag_key: str = "tag"
+    tag_to_domain: dict[str, str] = field(default_factory=dict)
+    id_key: str = "id"
+    system_prompt: str | None = None
+
+
+def load_rows(path: str | Path, exact_columns: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """All rows of one file as dicts; the format comes from the extension (.jsonl, .json, .parquet).
+
+    Columns missing from some rows come back as None in those rows (datasets unifies the schema). A column
+    whose type differs across rows (strings in some rows, numbers in others) is stored by datasets as JSON, and
+    its strings are re-parsed on the way out ("007" -> 7, "1" -> 1): for the columns named in `exact_columns`
+    (the answer, say) that is a DataError rather than a silent change of value.
+    """
+    path = str(path)
+    fmt = FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise DataError(f"{path}: unsupported file extension {Path(path).suffix!r}; "
+                        f"expected one of {', '.join(FORMATS)}")
+    if not Path(path).is_file():
+        raise DataError(f"{path}: no such file")
+    import datasets  # heavy import, only when data is actually read
+
+    try:
+        ds = datasets.load_dataset(fmt, data_files=path, split="train")
+    except Exception as e:  # datasets raises many types (ArrowInvalid, DatasetGenerationError, ...)
+        cause = e.__cause__ or e
+        raise DataError(f"{path}: could not read as {fmt}: {type(cause).__name__}: {cause}") from e
+    for col in exact_columns:
+        if isinstance(ds.features.get(col), datasets.Json):
+            raise DataError(f"{path}: column {col!r} mixes value types across rows (e.g. strings and numbers); "
+                            f"datasets would re-parse its strings as JSON (\"007\" -> 7), so give every row "
+                            f"the same type (quote all the answers)")
+    return ds.to_list()
+
+
+def rows_to_prompts(
+    rows: Iterable[Mapping[str, Any]],
+    path: str | Path,
+    fmt: RowFormat,
+    known_domains: Iterable[str],
+    split: str,
+    *,
+    uid_offset: int = 0,
+) -> list[Prompt]:
+    """Validate and route rows into Prompts.
+
+    uid is f"{split}:{row id}" when the row has an id, else f"{split}:{uid_offset + index}"; `load_prompts`
+    passes the number of rows before this file as `uid_offset` so id-less rows of several files stay distinct.
+    meta holds every column not consumed here (the tag stays in meta, for per-tag metrics).
+    """
+    path = str(path)
+    known = set(known_domains)
+    consumed = {fmt.prompt_key, fmt.messages_key, fmt.answer_key, fmt.domain_key, fmt.id_key}
+    prompts: list[Prompt] = []
+    seen: dict[str, str] = {}
+    for i, row in enumerate(rows):
+        where = f"{path}:{i}"
+        if not isinstance(row, Mapping):
+            raise DataError(f"{where}: row {i} is a {type(row).__name__}, not an object")
+
+        domain = _route(row, i, where, fmt, known)
+        messages, text = _prompt_of(row, where, fmt)
+
+        answer = row.get(fmt.answer_key)
+        if answer is None:
+            raise DataError(f"{where}: row {i} has no answer column {fmt.answer_key!r} (missing or null)")
+
+        row_id = row.get(fmt.id_key)
+        uid = f"{split}:{row_id if row_id is not None else uid_offset + i}"
+        if uid in seen:
+            raise DataError(f"{where}: duplicate uid {uid!r} (also {seen[uid]})")
+        seen[uid] = where
+
+        meta = {k: v for k, v in row.items() if k not in consumed}
+        prompts.append(Prompt(uid=uid, domain=domain, ground_truth=answer, messages=messages, text=text,
+                              meta=meta, source=where))
+    return prompts
+
+
+def _route(row: Mapping[str, Any], i: int, where: str, fmt: RowFormat, known: set[str]) -> str:
+    domain = row.get(fmt.domain_key)
+    if domain is None:
+        tag = row.get(fmt.tag_key)
+        if tag is None:
+            raise DataError(f"{where}: row {i} has neither a {fmt.domain_key!r} column nor a {fmt.tag_key!r} "
+                            f"column to route it by")
+        if not isinstance(tag, str) or tag not in fmt.tag_to_domain:
+            raise DataError(f"{where}: row {i} has no {fmt.domain_key!r} column and its tag {tag!r} is not in "
+                            f"tag_to_domain (known tags: {', '.join(sorted(fmt.tag_to_domain)) or 'none'})")
+        domain = fmt.tag_to_domain[tag]
+    if not isinstance(domain, str):
+        raise DataError(f"{where}: row {i} has a non-string domain {domain!r}")
+    if domain not in known:
+        raise DataError(f"{where}: row {i} routes to domain {domain!r} which has no reward worker; "
+                        f"known domains: {', '.join(sorted(known)) or 'none'}")
+    return domain
+
+
+def _prompt_of(row: Mapping[str, Any], where: str, fmt: RowFormat) -> tuple[list[dict] | None, str | None]:
+    """(messages, None) for a chat prompt, (None, text) for a raw one."""
+    value = row.get(fmt.messages_key)
+    key = fmt.messages_key
+    if value is None:
+        value, key = row.get(fmt.prompt_key), fmt.prompt_key
+    if value is None:
+        raise DataError(f"{where}: no prompt: neither {fmt.messages_key!r} nor {fmt.prompt_key!r} is set")
+    if isinstance(value, str):
+        if key == fmt.messages_key:
+            raise DataError(f"{where}: {key!r} must be a list of {{role, content}} messages, got a string")
+        text = value if fmt.system_prompt is None else f"{fmt.system_prompt}\n\n{value}"
+        return None, text
+    if not isinstance(value, list) or not value:
+        raise DataError(f"{where}: {key!r} must be a non-empty list of {{role, content}} messages, "
+                        f"got {type(value).__name__}")
+    messages: list[dict] = []
+    for j, m in enumerate(value):
+        if not (isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise DataError(f"{where}: {key!r}[{j}] must be a {{role, content}} dict of strings, got {m!r:.200}")
+        messages.append({k: v for k, v in m.items() if v is not None})  # schema unification adds None keys
+    if fmt.system_prompt is not None and messages[0]["role"] != "system":
+        messages.insert(0, {"role": "system", "content": fmt.system_prompt})
+    return messages, None
+
+
+def load_prompts(paths: Iterable[str | Path], fmt: RowFormat, known_domains: Iterable[str],
+                 split: str) -> list[Prompt]:
+    """Load, validate and route the rows of every file, in order; uids are unique across all the files."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    known = set(known_domains)
+    prompts: list[Prompt] = []
+    seen: dict[str, str] = {}
+    n_rows = 0
+    for path in paths:
+        rows = load_rows(path, exact_columns=[fmt.answer_key])
+        for p in rows_to_prompts(rows, path, fmt, known, split, uid_offset=n_rows):
+            if p.uid in seen:
+                raise DataError(f"{p.source}: duplicate uid {p.uid!r} (also {seen[p.uid]})")
+            seen[p.uid] = p.source
+            prompts.append(p)
+        n_rows += len(rows)
+    return prompts
+
+
+def split_by_domain(prompts: Iterable[Prompt]) -> dict[str, list[Prompt]]:
+    """Prompts grouped by domain, domains in order of first appearance, rows in their original order."""
+    out: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        out.setdefault(p.domain, []).append(p)
+    return out
+
+
+def tokenize_prompts(prompts: Iterable[Prompt], tokenizer: Any,
+                     max_prompt_length: int | None) -> tuple[list[Prompt], list[str]]:
+    """Fill `prompt_ids`; returns (kept prompts, sources of the prompts dropped for being too long).
+
+    Chat prompts go through `tokenizer.apply_chat_template(..., add_generation_prompt=True)`; text prompts
+    through plain tokenization (with the tokenizer's special tokens, e.g. BOS). A prompt longer than
+    `max_prompt_length` tokens is dropped and its source returned, for the caller to count and log.
+    The input Prompts are not modified; the kept ones are copies.
+    """
+    kept: list[Prompt] = []
+    dropped: list[str] = []
+    for p in prompts:
+        ids = _encode(p, tokenizer)
+        if max_prompt_length is not None and len(ids) > max_prompt_length:
+            dropped.append(p.source)
+            continue
+        kept.append(dataclasses.replace(p, prompt_ids=ids))
+    return kept, dropped
+
+
+def _encode(p: Prompt, tokenizer: Any) -> list[int]:
+    if p.messages is not None:
+        try:
+            out = tokenizer.apply_chat_template(p.messages, add_generation_prompt=True, tokenize=True)
+        except ValueError as e:  # e.g. a tokenizer without a chat template
+            raise DataError(f"{p.source}: could not apply the chat template: {e}") from e
+    elif p.text is not None:
+        out = tokenizer(p.text)
+    else:
+        raise DataError(f"{p.source}: prompt {p.uid!r} has neither messages nor text")
+    return _flat_ids(out, p.source)
+
+
+def _flat_ids(out: Any, source: str) -> list[int]:
+    """A flat list of ints from whatever the tokenizer returned (list, BatchEncoding/dict, tensor, batch of 1)."""
+    if isinstance(out, Mapping) or hasattr(out, "input_ids"):  # dict / BatchEncoding
+        out = out["input_ids"]
+    if hasattr(out, "tolist"):  # torch / numpy
+        out = out.tolist()
+    out = list(out)
+    if out and not isinstance(out[0], int) and hasattr(out[0], "__len__"):  # a batch of one sequence
+        if len(out) != 1:
+            raise DataError(f"{source}: tokenizer returned a batch of {len(out)} sequences for one prompt")
+        out = out[0].tolist() if hasattr(out[0], "tolist") else list(out[0])
+    return [int(t) for t in out]

@@ -1,0 +1,35 @@
+import math
+
+import torch
+
+from rlvr.data.batch import build_train_batch
+from rlvr.data.types import Prompt, Sample
+from rlvr.workers.rewards.result import RewardResult
+
+
+def sample(prompt_ids, response_ids, reward):
+    prompt = Prompt(uid="u", domain="d", ground_truth="1", prompt_ids=prompt_ids)
+    return Sample(prompt=prompt, group_id="g", index=0, response_ids=response_ids, response_text="",
+                  finish_reason="stop", policy_version=0, reward=reward)
+
+
+def test_layout_masks_and_advantages():
+    ok = RewardResult(1.0, True)
+    failed = RewardResult.failed("timeout", "slow")
+    batch = build_train_batch([sample([1, 2], [3, 4, 5], ok), sample([6], [7], failed)],
+                              torch.tensor([0.5, -2.0]), pad_id=0)
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5], [6, 7, 0, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    # column t is about target token t+1: the response tokens 3,4,5 are targets at columns 1,2,3
+    assert batch["loss_mask"].tolist() == [[0, 1, 1, 1], [0, 0, 0, 0]]  # failed reward: masked out entirely
+    assert batch["advantages"].tolist() == [[0, 0.5, 0.5, 0.5], [0, 0, 0, 0]]
+    assert math.isnan(failed.reward)
+
+
+def test_trim_and_split():
+    ok = RewardResult(1.0, True)
+    batch = build_train_batch([sample([1], [2], ok), sample([1, 2, 3], [4, 5], ok)], torch.zeros(2), pad_id=0)
+    first, second = batch.split(1)
+    assert first.trimmed()["input_ids"].tolist() == [[1, 2]]
+    assert first.trimmed()["loss_mask"].shape == (1, 1)
+    assert second.trimmed()["input_ids"].shape == (1, 5)
