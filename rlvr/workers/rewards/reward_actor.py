@@ -1,0 +1,51 @@
+"""The reward cluster's Ray actor: hosts one RewardWorker subclass named by import path in the config."""
+
+from __future__ import annotations
+
+import importlib
+
+from rlvr.config import ConfigError, RewardConfig
+from rlvr.data.types import Sample
+from rlvr.workers.rewards.base import RewardLimits, RewardWorker
+from rlvr.workers.rewards.result import RewardResult
+
+
+def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:
+    """Import `cfg.worker`; errors name the config key, so a typo fails before any actor starts."""
+    key = f"domains.{domain}.reward.worker"
+    module_name, _, attr = cfg.worker.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"{key}: cannot import '{cfg.worker}': {err}") from None
+    if not (isinstance(cls, type) and issubclass(cls, RewardWorker)):
+        raise ConfigError(f"{key}: '{cfg.worker}' is not a RewardWorker subclass")
+    return cls
+
+
+def build_reward_worker(domain: str, cfg: RewardConfig) -> RewardWorker:
+    cls = resolve_reward_class(domain, cfg)
+    limits = RewardLimits(max_concurrency=cfg.max_concurrency, timeout_s=cfg.timeout_s,
+                          max_retries=cfg.max_retries, retry_backoff_s=cfg.retry_backoff_s)
+    try:
+        return cls(domain=domain, limits=limits, **cfg.args)
+    except TypeError as err:
+        raise ConfigError(f"domains.{domain}.reward.args: {cfg.worker} rejected them: {err}") from None
+
+
+class RewardActor:
+    def __init__(self, domain: str, cfg: RewardConfig, rank: int = 0):
+        self.domain = domain
+        self.worker = build_reward_worker(domain, cfg)
+
+    async def score(self, sample: Sample) -> RewardResult:
+        return await self.worker.evaluate(sample)
+
+    async def metrics(self, reset: bool = True) -> dict[str, float]:
+        out = self.worker.metrics()
+        if reset:
+            self.worker.reset_metrics()
+        return out
+
+    async def close(self) -> None:
+        self.worker.close()
