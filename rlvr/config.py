@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlvr.algorithms.presets import PRESETS, expand_preset
+from rlvr.algorithms.presets import PRESETS, expand_preset, expand_preset_sections
 
 
 class ConfigError(ValueError):
@@ -83,11 +83,32 @@ class DomainConfig(Strict):
     reward: RewardConfig
 
 
+class FilterConfig(Strict):
+    """Dynamic sampling (DAPO): which finished groups are kept. All off by default except dropping groups with
+    fewer than `min_valid` scored samples (nothing to compare inside them)."""
+
+    zero_spread: bool = False  # drop groups whose rewards do not vary (all right / all wrong)
+    zero_spread_threshold: float = Field(0.0, ge=0)  # "no spread": population std <= this
+    metric: Literal["reward", "correct"] = "reward"  # measured on the (shaped) reward, or on correctness
+    mean_band: tuple[float, float] | None = None  # keep groups whose mean lies in [low, high]
+    min_valid: int = Field(1, ge=0)
+    user_fn: str | None = None  # import path: fn(group) -> True/None keeps, False or a reason string drops
+
+
 class RolloutConfig(Strict):
     prompts_per_step: int = Field(8, ge=1)
     group_size: int = Field(4, ge=1)
     domain_interleave_probs: dict[str, float] = {}  # empty: the single domain, or an error if there are several
-    max_in_flight_prompts: int = Field(32, ge=1)  # admission cap per scheduler
+    filter: FilterConfig = FilterConfig()
+    # A dropped group is replaced at once by a new prompt; a replacement's replacement is one round deeper.
+    # Past max_refill_rounds the step goes on with fewer groups (metric <domain>/scheduler/quota_shortfall).
+    max_refill_rounds: int = Field(10, ge=0)
+    # shortfall: launch exactly the missing groups; full_batch: launch a whole quota each round (verl's way).
+    refill: Literal["shortfall", "full_batch"] = "shortfall"
+    oversample_frac: float = Field(0.0, ge=0)  # tail oversampling: launch this fraction more, keep the first done
+    carry_over: bool = True  # surplus finished groups serve the next step instead of being thrown away
+    max_carry_staleness: int = Field(1, ge=0)  # a carried group older than this many steps is dropped
+    mask_truncated: bool = False  # responses cut at max_new_tokens are kept out of the loss (DAPO overlong filter)
 
     @field_validator("domain_interleave_probs")
     @classmethod
@@ -110,6 +131,8 @@ class GenerationConfig(Strict):
     top_k: int = Field(0, ge=0)
     max_batch_size: int = Field(64, ge=1)  # sequences per engine batch (requests are batched across prompts)
     return_logprobs: bool = False  # behaviour logprobs with each sample (costs one extra forward in the hf engine)
+    # Admission control: requests (prompts) in flight per inference worker, shared by every domain's scheduler.
+    max_in_flight_per_worker: int = Field(64, ge=1)
     torch_threads: int | None = None
 
 
@@ -153,6 +176,10 @@ class AlgorithmConfig(Strict):
     kl_loss_coef: float = Field(0.0, ge=0)  # > 0 starts the reference cluster
     kl_estimator: Literal["k1", "k2", "k3", "low_var_kl", "abs"] = "low_var_kl"
     entropy_coef: float = 0.0
+    # DAPO soft overlong punishment (rlvr/algorithms/reward_shaping.py); L_max = generation.max_new_tokens.
+    overlong_shaping: bool = False
+    overlong_cache_len: int | None = Field(None, ge=1)  # None: a quarter of max_new_tokens
+    overlong_penalty_factor: float = Field(1.0, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -177,6 +204,14 @@ class Config(Strict):
     actor_train: ActorTrainConfig = ActorTrainConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_sections(cls, data: Any) -> Any:
+        """A preset may also set defaults outside `algorithm` (DAPO turns on dynamic sampling in `rollout`)."""
+        if isinstance(data, dict):
+            data = expand_preset_sections(data)
+        return data
+
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
         domains = set(self.domains)
@@ -195,6 +230,13 @@ class Config(Strict):
         for tag, domain in self.data.tag_to_domain.items():
             if domain not in domains:
                 raise _keyed(f"data.tag_to_domain.{tag}", f"domain '{domain}' is not one of {sorted(domains)}")
+        cache = self.algorithm.overlong_cache_len
+        if cache is not None and cache > self.generation.max_new_tokens:
+            raise _keyed("algorithm.overlong_cache_len",
+                         f"{cache} exceeds generation.max_new_tokens={self.generation.max_new_tokens}")
+        band = self.rollout.filter.mean_band
+        if band is not None and band[0] > band[1]:
+            raise _keyed("rollout.filter.mean_band", f"low {band[0]} > high {band[1]}")
         batch = self.rollout.prompts_per_step * self.rollout.group_size
         mini = self.actor_train.mini_batch_size
         if mini is not None and batch % mini:

@@ -6,6 +6,8 @@
 | dr_grpo      | group mean only (no std division)  | seq-mean-token-sum-norm   | Dr.GRPO (arXiv 2503.20783)         |
 | rloo         | leave-one-out mean                 | token-mean                | RLOO (arXiv 2402.14740)            |
 | reinforce_pp | group mean, batch whitening        | token-mean                | REINFORCE++-baseline               |
+| dapo         | group mean / std                   | token-mean                | clip 0.2/0.28, overlong shaping,   |
+|              |                                    |                           | zero-spread filter with refill     |
 
 The KL term is off in every preset (kl_loss_coef: 0): recent recipes (DAPO, Dr.GRPO) drop it for verifiable
 rewards, and it costs a reference forward pass. Set `algorithm.kl_loss_coef` to turn it on.
@@ -13,6 +15,7 @@ rewards, and it costs a reference forward pass. Set `algorithm.kl_loss_coef` to 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 _COMMON: dict[str, Any] = {
@@ -23,20 +26,56 @@ _COMMON: dict[str, Any] = {
     "kl_loss_coef": 0.0,
     "kl_estimator": "low_var_kl",
     "entropy_coef": 0.0,
+    "overlong_shaping": False,
 }
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "grpo": {**_COMMON, "adv_estimator": "grpo"},
-    "dr_grpo": {**_COMMON, "adv_estimator": "dr_grpo", "norm_adv_by_std": False,
-                "loss_agg_mode": "seq-mean-token-sum-norm"},
-    "rloo": {**_COMMON, "adv_estimator": "rloo"},
-    "reinforce_pp": {**_COMMON, "adv_estimator": "reinforce_pp_baseline"},
+# Each preset: defaults per config section. `algorithm` keys are merged in AlgorithmConfig; other sections in
+# Config (expand_preset_sections). The user's keys always win.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "grpo": {"algorithm": {**_COMMON, "adv_estimator": "grpo"}},
+    "dr_grpo": {"algorithm": {**_COMMON, "adv_estimator": "dr_grpo", "norm_adv_by_std": False,
+                              "loss_agg_mode": "seq-mean-token-sum-norm"}},
+    "rloo": {"algorithm": {**_COMMON, "adv_estimator": "rloo"}},
+    "reinforce_pp": {"algorithm": {**_COMMON, "adv_estimator": "reinforce_pp_baseline"}},
+    # DAPO (arXiv 2503.14476): clip-higher, token-level loss, soft overlong punishment, dynamic sampling that
+    # drops groups whose accuracy is all 0 or all 1 and refills the batch; no KL term.
+    "dapo": {
+        "algorithm": {**_COMMON, "adv_estimator": "grpo", "clip_eps_high": 0.28, "overlong_shaping": True,
+                      "overlong_penalty_factor": 1.0},
+        "rollout": {"filter": {"zero_spread": True, "metric": "correct"}, "max_refill_rounds": 10},
+    },
 }
+
+
+def _preset_name(data: dict[str, Any]) -> str:
+    algorithm = data.get("algorithm", "grpo")
+    name = algorithm if isinstance(algorithm, str) else (algorithm or {}).get("preset", "grpo")
+    if name not in PRESETS:
+        raise ValueError(f"unknown algorithm preset '{name}'; known presets: {', '.join(sorted(PRESETS))}")
+    return name
+
+
+def _merge(defaults: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(defaults)
+    for key, value in user.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def expand_preset(user: dict[str, Any]) -> dict[str, Any]:
-    """Preset defaults under the user's keys. An unknown preset name is an error listing the known ones."""
-    name = user.get("preset", "grpo")
-    if name not in PRESETS:
-        raise ValueError(f"unknown algorithm preset '{name}'; known presets: {', '.join(sorted(PRESETS))}")
-    return {**PRESETS[name], **user, "preset": name}
+    """The `algorithm` section: preset defaults under the user's keys."""
+    name = _preset_name({"algorithm": user})
+    return {**PRESETS[name]["algorithm"], **user, "preset": name}
+
+
+def expand_preset_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """Sections other than `algorithm` that the preset gives defaults for, under the user's keys."""
+    try:
+        name = _preset_name(data)
+    except ValueError:
+        return data  # AlgorithmConfig reports the unknown preset with its key
+    out = dict(data)
+    for section, defaults in PRESETS[name].items():
+        if section != "algorithm" and isinstance(out.get(section, {}), dict):
+            out[section] = _merge(defaults, out.get(section, {}))
+    return out

@@ -51,7 +51,13 @@ class TrainBatch:
         return TrainBatch(out)
 
 
-def build_train_batch(samples: list[Sample], seq_advantages: torch.Tensor, pad_id: int) -> TrainBatch:
+def in_loss(sample: Sample, mask_truncated: bool = False) -> bool:
+    """A sample trains only if its reward is valid, and (optionally) if it was not cut at max_new_tokens."""
+    return sample.scored_ok and not (mask_truncated and sample.finish_reason == "length")
+
+
+def build_train_batch(samples: list[Sample], seq_advantages: torch.Tensor, pad_id: int,
+                      mask_truncated: bool = False) -> TrainBatch:
     """Pad samples into a TrainBatch; each sample's scalar advantage is spread over its response tokens."""
     lengths = [len(s.prompt.prompt_ids) + len(s.response_ids) for s in samples]
     width = max(lengths)
@@ -63,7 +69,7 @@ def build_train_batch(samples: list[Sample], seq_advantages: torch.Tensor, pad_i
         p, r = len(s.prompt.prompt_ids), len(s.response_ids)
         input_ids[b, : p + r] = torch.tensor(s.prompt.prompt_ids + s.response_ids, dtype=torch.long)
         attention_mask[b, : p + r] = 1
-        if s.scored_ok:
+        if in_loss(s, mask_truncated):
             loss_mask[b, p - 1 : p + r - 1] = 1.0  # target positions p .. p+r-1 are the response tokens
     advantages = seq_advantages.to(torch.float32)[:, None] * loss_mask
     return TrainBatch(

@@ -9,7 +9,7 @@ import torch
 
 from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
 from rlvr.config import AlgorithmConfig
-from rlvr.data.batch import TrainBatch, build_train_batch
+from rlvr.data.batch import TrainBatch, build_train_batch, in_loss
 from rlvr.data.types import Group, Sample
 
 
@@ -27,8 +27,8 @@ def estimator(cfg: AlgorithmConfig):
     return ADVANTAGE_ESTIMATORS[cfg.adv_estimator]
 
 
-def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmConfig, pad_id: int, seed: int
-                     ) -> tuple[TrainBatch, list[Sample], dict[str, float]]:
+def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmConfig, pad_id: int, seed: int,
+                     mask_truncated: bool = False) -> tuple[TrainBatch, list[Sample], dict[str, float]]:
     """Advantages are computed per domain (each domain's groups only), then every sample becomes a row.
 
     Rows are shuffled with a seeded generator so that mini-batches mix domains; groups need no contiguity once
@@ -50,8 +50,10 @@ def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmCon
         metrics[f"{domain}/groups/with_signal_frac"] = float(spread.float().mean())
     order = torch.from_numpy(np.random.default_rng(seed).permutation(len(samples)))
     samples = [samples[i] for i in order]
-    batch = build_train_batch(samples, torch.cat(advantages)[order], pad_id)
-    masked = sum(not s.scored_ok for s in samples)
+    batch = build_train_batch(samples, torch.cat(advantages)[order], pad_id, mask_truncated)
+    masked = sum(not in_loss(s, mask_truncated) for s in samples)
     metrics.update({"batch/samples": float(len(samples)), "batch/masked_samples": float(masked),
+                    "batch/masked_truncated": float(sum(s.scored_ok and not in_loss(s, mask_truncated)
+                                                        for s in samples)),
                     "batch/response_tokens": float(batch["loss_mask"].sum())})
     return batch, samples, metrics

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,21 +77,14 @@ class RLVRPipeline:
                 with timer("rollout"):
                     groups, rollout_metrics = self.rollout()
                 metrics.update(rollout_metrics)
-                with timer("advantages"):
-                    batch, samples, batch_metrics = make_train_batch(
-                        groups, self.cfg.algorithm, self.tokenizer.pad_token_id or 0, seed=cfg.seed + self.step)
-                metrics.update(batch_metrics)
-                if self.clusters.reference is not None:
-                    with timer("reference"):
-                        batch = batch.with_tensor("ref_logp", self.clusters.reference.first("compute_logprobs", batch))
-                if self.needs_old_logprobs:
-                    with timer("old_logprobs"):
-                        batch = batch.with_tensor("old_logp", self.clusters.actor_train.first("compute_logprobs", batch))
-                with timer("train"):
-                    metrics.update(self.train(batch))
+                if any(groups.values()):
+                    metrics.update(self.learn(groups, timer))
+                else:  # every domain fell short (filters, exhausted refill): log it and go on, never crash
+                    metrics["batch/skipped_step"] = 1.0
+                    log.warning("step %d: no group kept in any domain; training skipped", self.step)
                 metrics.update(timer.times)
                 metrics["time/step"] = sum(timer.times.values())
-                metrics["system/response_tokens_per_s"] = batch_metrics["batch/response_tokens"] / max(
+                metrics["system/response_tokens_per_s"] = metrics.get("batch/response_tokens", 0.0) / max(
                     timer.times["time/rollout"], 1e-9)
                 self.trackers.log(metrics, self.step)
                 self.step += 1
@@ -105,6 +99,22 @@ class RLVRPipeline:
         finally:
             bar.close()
         return self.run_dir
+
+    def learn(self, groups: dict[str, list[Group]], timer: PhaseTimer) -> dict[str, float]:
+        """Advantages, optional reference / old-policy logprobs, then the actor update."""
+        with timer("advantages"):
+            batch, _, metrics = make_train_batch(groups, self.cfg.algorithm, self.tokenizer.pad_token_id or 0,
+                                                 seed=self.cfg.run.seed + self.step,
+                                                 mask_truncated=self.cfg.rollout.mask_truncated)
+        if self.clusters.reference is not None:
+            with timer("reference"):
+                batch = batch.with_tensor("ref_logp", self.clusters.reference.first("compute_logprobs", batch))
+        if self.needs_old_logprobs:
+            with timer("old_logprobs"):
+                batch = batch.with_tensor("old_logp", self.clusters.actor_train.first("compute_logprobs", batch))
+        with timer("train"):
+            metrics.update(self.train(batch))
+        return metrics
 
     @property
     def needs_old_logprobs(self) -> bool:
@@ -167,9 +177,11 @@ class RLVRPipeline:
         tmp = checkpoint.begin(self.run_dir, self.step)
         self.clusters.actor_train.first("save", str(tmp / "actor_train"))
         torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
+        schedulers = dict(zip(self.schedulers, ray.get([s.state_dict.remote() for s in self.schedulers.values()])))
+        with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step
+            pickle.dump({d: st.pop("buffer") for d, st in schedulers.items()}, f)
         state = {"step": self.step, "quota_credit": self.quota_credit, "tracker_run_id": self.trackers.run_id,
-                 "schedulers": dict(zip(self.schedulers, ray.get([s.state_dict.remote()
-                                                                   for s in self.schedulers.values()])))}
+                 "schedulers": schedulers}
         return checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints)
 
     def _restore(self, ckpt: Path) -> str:
@@ -177,7 +189,10 @@ class RLVRPipeline:
         self.clusters.actor_train.first("load", str(ckpt / "actor_train"))
         for worker, rng in zip(self.clusters.actor_infer.workers, torch.load(ckpt / "actor_infer_rng.pt")):
             ray.get(worker.set_rng_state.remote(rng))
-        ray.get([self.schedulers[d].load_state_dict.remote(s) for d, s in state["schedulers"].items()])
+        with open(ckpt / "scheduler_buffers.pkl", "rb") as f:
+            buffers = pickle.load(f)
+        ray.get([self.schedulers[d].load_state_dict.remote({**s, "buffer": buffers.get(d, [])})
+                 for d, s in state["schedulers"].items()])
         self.step, self.quota_credit = state["step"], state["quota_credit"]
         log.info("resumed from %s at step %d", ckpt, self.step)
         return state["tracker_run_id"]

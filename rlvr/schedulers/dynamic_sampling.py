@@ -1,23 +1,32 @@
 """DynamicSamplingScheduler: one async Ray actor per domain.
 
-It owns its domain's data cursor and, per prompt, runs: generate `group_size` responses on an actor_infer worker
-(admission-capped), send each finished sample to the domain's reward cluster at once, and release the group only
-when all its rewards are in. Groups come back in completion order.
+Per prompt: generate `group_size` responses on an actor_infer worker (which admits a capped number of requests
+across all domains), send each finished sample to the domain's reward cluster at once, and release the group only
+when all its rewards are in. Then the group filters decide (DAPO dynamic sampling):
+
+- a kept group counts toward the step's quota; a dropped one is counted by reason and replaced at once by a new
+  prompt, one refill round deeper; past `max_refill_rounds` the step goes on with what it has and says so;
+- once the quota is met, requests still generating are aborted, and groups already being scored finish in the
+  background and land in the carry-over buffer for the next step (at most `max_carry_staleness` steps old),
+  instead of being thrown away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from rlvr.algorithms.reward_shaping import overlong_penalty
 from rlvr.backends.hf_engine import SamplingParams
 from rlvr.config import Config
 from rlvr.data.types import Group, Prompt, Sample
+from rlvr.schedulers.group_filters import FilterSettings, drop_reason, load_user_filter
 from rlvr.workers.rewards.result import STATUSES, RewardResult
 
 log = logging.getLogger(__name__)
@@ -49,6 +58,12 @@ def sample_metrics(prefix: str, samples: list[Sample]) -> dict[str, float]:
     return out
 
 
+@dataclass
+class Carried:
+    group: Group
+    born_step: int  # the step whose policy generated it
+
+
 class DynamicSamplingScheduler:
     def __init__(self, domain: str, train_prompts: list[Prompt], val_prompts: list[Prompt], infer_workers: list,
                  reward_workers: list, cfg: Config, rank: int = 0):
@@ -57,16 +72,26 @@ class DynamicSamplingScheduler:
         self.val_prompts = val_prompts[: cfg.validation.max_prompts_per_domain]
         self.infer = infer_workers
         self.rewards = reward_workers
+        self.rollout = cfg.rollout
         self.group_size = cfg.rollout.group_size
-        self.max_in_flight = cfg.rollout.max_in_flight_prompts
+        f = cfg.rollout.filter
+        self.filters = FilterSettings(f.zero_spread, f.zero_spread_threshold, f.metric, f.mean_band, f.min_valid,
+                                      f.user_fn)
+        self.user_filter = load_user_filter(f.user_fn)
+        algo = cfg.algorithm
+        self.overlong = None
+        if algo.overlong_shaping:
+            max_len = cfg.generation.max_new_tokens
+            self.overlong = (max_len, algo.overlong_cache_len or max(1, max_len // 4), algo.overlong_penalty_factor)
         self.sampling = sampling_from_config(cfg)
         self.val_sampling = sampling_from_config(cfg, validation=True)
         self.seed = cfg.run.seed
         self.epoch, self.pos = 0, 0
         self._order = self._permutation(0)
-        self._rr_infer = self._rr_reward = 0
-        self._admission: asyncio.Semaphore | None = None
-        self.counters: Counter[str] = Counter()
+        self._rr_infer = self._rr_reward = self._launched = 0
+        self.buffer: list[Carried] = []
+        self._background: set[asyncio.Task] = set()
+        self.counters: Counter[str] = Counter()  # this step's counters, reset by get_batch
 
     # ------------------------------------------------------------------ data cursor
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -81,31 +106,43 @@ class DynamicSamplingScheduler:
         return prompt
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "pos": self.pos, "counters": dict(self.counters)}
+        """Cursor and carry-over buffer (finished groups); groups still being scored are not part of it."""
+        return {"epoch": self.epoch, "pos": self.pos, "buffer": list(self.buffer)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.pos = state["epoch"], state["pos"]
         self._order = self._permutation(self.epoch)
-        self.counters = Counter(state.get("counters", {}))
+        self.buffer = list(state.get("buffer", []))
 
     # ------------------------------------------------------------------ one prompt
-    async def _run_group(self, prompt: Prompt, n: int, sampling: SamplingParams, version: int, tag: str) -> Group:
-        if self._admission is None:
-            self._admission = asyncio.Semaphore(self.max_in_flight)
-        group_id = f"{tag}:{prompt.uid}"
-        async with self._admission:
-            worker = self.infer[self._rr_infer % len(self.infer)]
-            self._rr_infer += 1
-            gens = await worker.generate.remote(prompt.prompt_ids, n, sampling, group_id)
+    async def _run_group(self, prompt: Prompt, n: int, sampling: SamplingParams, version: int, request_id: str,
+                         phase: dict | None = None) -> Group:
+        worker = self.infer[self._rr_infer % len(self.infer)]
+        self._rr_infer += 1
+        if phase is not None:
+            phase.update(state="generating", worker=worker)
+        gens = await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
+        if phase is not None:
+            phase["state"] = "scoring"
         samples = [
-            Sample(prompt=prompt, group_id=group_id, index=i, response_ids=g.token_ids, response_text=g.text,
+            Sample(prompt=prompt, group_id=request_id, index=i, response_ids=g.token_ids, response_text=g.text,
                    finish_reason=g.finish_reason, policy_version=version, logprobs=g.logprobs)
             for i, g in enumerate(gens)
         ]
+        if any(s.finish_reason == "abort" for s in samples):
+            raise asyncio.CancelledError  # aborted by us: the caller has already counted it
         results = await asyncio.gather(*(self._score(s) for s in samples))
         for s, r in zip(samples, results):
-            s.reward = r
-        return Group(group_id, prompt, samples)
+            s.reward = self._shaped(s, r)
+        return Group(request_id, prompt, samples)
+
+    def _shaped(self, sample: Sample, result: RewardResult) -> RewardResult:
+        if self.overlong is None or result.status != "ok":
+            return result
+        penalty = overlong_penalty(len(sample.response_ids), *self.overlong)
+        if penalty == 0.0:
+            return result
+        return replace(result, reward=result.reward + penalty, parts={**result.parts, "overlong": penalty})
 
     async def _score(self, sample: Sample) -> RewardResult:
         worker = self.rewards[self._rr_reward % len(self.rewards)]
@@ -117,25 +154,129 @@ class DynamicSamplingScheduler:
             log.warning("reward actor failed for %s: %s", sample.group_id, err)
             return RewardResult.failed("error", f"reward actor failure: {type(err).__name__}: {err}")
 
-    # ------------------------------------------------------------------ public
+    # ------------------------------------------------------------------ one step
     async def get_batch(self, n_groups: int, step: int, version: int) -> tuple[list[Group], dict[str, float]]:
-        """`n_groups` complete groups for this step, in completion order, with this domain's metrics."""
-        prompts = [self._next_prompt() for _ in range(n_groups)]
-        self.counters["prompts_started"] += n_groups
-        tasks = [asyncio.create_task(self._run_group(p, self.group_size, self.sampling, version, f"s{step}"))
-                 for p in prompts]
-        groups = [await t for t in asyncio.as_completed(tasks)]
-        self.counters["groups_kept"] += len(groups)
-        d = f"{self.domain}/"
-        metrics = sample_metrics(d, [s for g in groups for s in g.samples])
-        metrics.update({f"{d}scheduler/{k}": float(v) for k, v in self.counters.items()})
-        metrics[f"{d}scheduler/epoch"] = float(self.epoch)
-        metrics.update(await self._reward_worker_metrics())
-        return groups, metrics
+        """Up to `n_groups` kept groups for this step (fewer only when refill rounds ran out), with metrics."""
+        self.counters = Counter()
+        kept = self._take_carried(n_groups, step)
+        tasks: dict[asyncio.Task, tuple[int, dict]] = {}
 
+        def launch(count: int, round_: int) -> None:
+            for _ in range(count):
+                prompt = self._next_prompt()
+                self._launched += 1
+                phase: dict = {}
+                request_id = f"s{step}:{self._launched}:{prompt.uid}"
+                task = asyncio.create_task(self._run_group(prompt, self.group_size, self.sampling, version,
+                                                           request_id, phase))
+                phase["request_id"] = request_id
+                tasks[task] = (round_, phase)
+                self.counters["prompts_started"] += 1
+            self.counters["refill_rounds"] = max(self.counters["refill_rounds"], round_)
+
+        short = n_groups - len(kept)
+        if short > 0:
+            launch(short + math.ceil(short * self.rollout.oversample_frac), 0)
+        while len(kept) < n_groups and tasks:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                round_, _phase = tasks.pop(task)
+                group = self._finished(task)
+                if group is not None and len(kept) < n_groups:
+                    kept.append(group)
+                elif group is not None:
+                    self._carry(group, step)
+                elif self.rollout.refill == "shortfall":
+                    self._refill(launch, 1, round_)
+            if self.rollout.refill == "full_batch" and not tasks and len(kept) < n_groups:
+                self._refill(launch, n_groups, self.counters["refill_rounds"])
+        await self._end_step(tasks, step)
+        self.counters["groups_kept"] = len(kept)
+        self.counters["quota_shortfall"] = n_groups - len(kept)
+        metrics = self._metrics(kept, step)
+        metrics.update(await self.reward_worker_metrics())
+        return kept, metrics
+
+    def _refill(self, launch, count: int, round_: int) -> None:
+        if round_ < self.rollout.max_refill_rounds:
+            launch(count, round_ + 1)
+        else:
+            self.counters["refill_exhausted"] += count
+
+    def _finished(self, task: asyncio.Task) -> Group | None:
+        """The group if it passes the filters; None (counted) if it failed or was dropped."""
+        if task.cancelled():
+            self.counters["aborted"] += 1
+            return None
+        if task.exception() is not None:
+            log.warning("%s: generation failed: %r", self.domain, task.exception())
+            self.counters["generation_errors"] += 1
+            return None
+        group = task.result()
+        self.counters["reward_failures"] += sum(not s.scored_ok for s in group.samples)
+        self.counters["samples_generated"] += len(group.samples)
+        reason = drop_reason(group, self.filters, self.user_filter)
+        if reason is None:
+            return group
+        self.counters[f"dropped_{reason}"] += 1
+        return None
+
+    async def _end_step(self, tasks: dict[asyncio.Task, tuple[int, dict]], step: int) -> None:
+        """Quota met: abort requests still generating; groups already being scored finish in the background and
+        go to the carry-over buffer."""
+        aborting: dict[Any, list[str]] = {}
+        for task, (_, phase) in tasks.items():
+            if phase.get("state") == "scoring" and self.rollout.carry_over:
+                self._background.add(task)
+                task.add_done_callback(lambda t, s=step: self._landed(t, s))
+            else:
+                aborting.setdefault(phase.get("worker"), []).append(phase["request_id"])
+                task.cancel()
+                self.counters["aborted"] += 1
+        await asyncio.gather(*(w.abort.remote(ids) for w, ids in aborting.items() if w is not None))
+
+    def _landed(self, task: asyncio.Task, step: int) -> None:
+        self._background.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            return
+        group = task.result()
+        if drop_reason(group, self.filters, self.user_filter) is None:
+            self.buffer.append(Carried(group, step))
+
+    def _carry(self, group: Group, step: int) -> None:
+        if self.rollout.carry_over:
+            self.buffer.append(Carried(group, step))
+            self.counters["carried_over"] += 1
+        else:
+            self.counters["discarded_surplus"] += 1
+
+    def _take_carried(self, n_groups: int, step: int) -> list[Group]:
+        fresh = [c for c in self.buffer if step - c.born_step <= self.rollout.max_carry_staleness]
+        self.counters["dropped_stale"] = len(self.buffer) - len(fresh)
+        taken, self.buffer = fresh[:n_groups], fresh[n_groups:]
+        self.counters["carried_used"] = len(taken)
+        if taken:
+            self.counters["carry_age_mean"] = float(np.mean([step - c.born_step for c in taken]))
+        return [c.group for c in taken]
+
+    def _metrics(self, kept: list[Group], step: int) -> dict[str, float]:
+        d = f"{self.domain}/"
+        metrics = sample_metrics(d, [s for g in kept for s in g.samples])
+        for key, value in self.counters.items():
+            section = "filter" if key.startswith("dropped_") else "scheduler"
+            metrics[f"{d}{section}/{key}"] = float(value)
+        finished = self.counters["samples_generated"] // max(self.group_size, 1)
+        if finished:
+            metrics[f"{d}filter/kept_frac"] = (len(kept) - self.counters["carried_used"]) / finished
+        metrics[f"{d}scheduler/buffer_size"] = float(len(self.buffer))
+        metrics[f"{d}scheduler/epoch"] = float(self.epoch)
+        return metrics
+
+    # ------------------------------------------------------------------ validation and reward metrics
     async def validate(self, version: int) -> tuple[dict[str, float], dict[str, int], list[dict]]:
         """One response per validation prompt. Returns (metrics, counts for the all-domain mean, examples)."""
-        tasks = [self._run_group(p, 1, self.val_sampling, version, "val") for p in self.val_prompts]
+        tasks = [self._run_group(p, 1, self.val_sampling, version, f"val{version}:{i}:{p.uid}")
+                 for i, p in enumerate(self.val_prompts)]
         samples = [g.samples[0] for g in await asyncio.gather(*tasks)]
         scored = [s for s in samples if s.scored_ok and s.reward.correct is not None]
         n_correct = sum(bool(s.reward.correct) for s in scored)
@@ -149,7 +290,7 @@ class DynamicSamplingScheduler:
                     for s in samples]
         return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples)}, examples
 
-    async def _reward_worker_metrics(self) -> dict[str, float]:
+    async def reward_worker_metrics(self) -> dict[str, float]:
         per_worker = await asyncio.gather(*(w.metrics.remote() for w in self.rewards))
         out: dict[str, float] = {}
         for m in per_worker:
@@ -157,5 +298,7 @@ class DynamicSamplingScheduler:
                 if k.startswith("status/"):
                     continue  # status counts come from this step's samples (sample_metrics), not the lifetime
                 key = f"{self.domain}/reward/{k}"
-                out[key] = max(out.get(key, 0.0), v) if ("max" in k or "peak" in k or "p9" in k) else out.get(key, 0.0) + v
+                # Latency percentiles do not add up across workers: report the worst worker's (conservative).
+                combine = max if (k.startswith("latency/") or k.endswith("_peak")) else (lambda a, b: a + b)
+                out[key] = combine(out[key], v) if key in out else v
         return out

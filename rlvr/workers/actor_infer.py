@@ -1,8 +1,14 @@
-"""actor_infer worker (async Ray actor): a generation engine behind the engine interface."""
+"""actor_infer worker (async Ray actor): a generation engine behind the engine interface, with admission control.
+
+Admission is per inference worker and shared by every domain's scheduler: at most `max_in_flight_per_worker`
+requests are inside the engine at once, the rest wait here (and can be aborted while waiting).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections import OrderedDict
 
 import torch
 
@@ -17,13 +23,24 @@ class ActorInferWorker:
         torch.set_num_threads(gen.torch_threads or os.cpu_count() or 1)  # see TorchStrategy: Ray sets 1
         self.engine = HFEngine(model_path, dtype=gen.dtype, max_batch_size=gen.max_batch_size,
                                seed=cfg.run.seed + 1000 + rank)
+        self.admission = Admission(gen.max_in_flight_per_worker)
 
     async def generate(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
                        request_id: str | None = None) -> list[Generation]:
-        return await self.engine.generate(prompt_ids, n, sampling, request_id)
+        if not await self.admission.acquire(request_id):  # aborted while waiting for admission
+            return [Generation([], "", "abort") for _ in range(n)]
+        try:
+            return await self.engine.generate(prompt_ids, n, sampling, request_id)
+        finally:
+            self.admission.release()
 
     async def abort(self, request_ids: list[str]) -> None:
+        self.admission.abort(request_ids)
         self.engine.abort(request_ids)
+
+    async def admission_stats(self) -> dict[str, float]:
+        return {"in_flight": self.admission.in_flight, "in_flight_peak": self.admission.peak,
+                "waiting": len(self.admission.waiting)}
 
     async def load_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         await self.engine.load_weights(named_tensors, version)
@@ -42,3 +59,50 @@ class ActorInferWorker:
 
     async def set_rng_state(self, state: torch.Tensor) -> None:
         self.engine.set_rng_state(state)
+
+
+class Admission:
+    """A cap on requests inside the engine: FIFO waiters, abort while waiting, and a peak for metrics and tests."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.in_flight = 0
+        self.peak = 0
+        self.waiting: OrderedDict[str, asyncio.Future] = OrderedDict()
+        self._anon = 0
+
+    async def acquire(self, request_id: str | None) -> bool:
+        """True once admitted; False if aborted while waiting."""
+        if self.in_flight < self.cap and not self.waiting:
+            self._admit()
+            return True
+        if request_id is None:
+            self._anon += 1
+            request_id = f"anon-{self._anon}"
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[request_id] = future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.waiting.pop(request_id, None)
+            if future.done() and not future.cancelled() and future.result():
+                self.release()  # admitted just as the caller went away: give the slot back
+            raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        while self.waiting and self.in_flight < self.cap:
+            _, future = self.waiting.popitem(last=False)
+            if not future.done():
+                self._admit()
+                future.set_result(True)
+
+    def abort(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            future = self.waiting.pop(request_id, None)
+            if future is not None and not future.done():
+                future.set_result(False)
+
+    def _admit(self) -> None:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from rlvr.config import config_from_dict
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
-from tests.conftest import tiny_config
+from tests.conftest import REPO, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -102,3 +102,24 @@ def test_resume_continues_step_and_data_cursor(tiny_model_dir, ray_local, tmp_pa
         assert state["tracker_run_id"] == json.loads((ckpt / "driver.json").read_text())["tracker_run_id"]
     finally:
         second.close()
+
+
+def test_failed_rewards_are_masked_counted_and_training_goes_on(tiny_model_dir, ray_local, tmp_path):
+    failing = {"worker": "tests.helpers.rewards.FailingEveryOtherRewardForTest", "timeout_s": 1.0, "max_retries": 0}
+    tree = tiny_config(tiny_model_dir, str(tmp_path), run={"max_steps": 1, "eval_every": 0},
+                       rollout={"group_size": 4})
+    # one domain: every row routed to it through the tag map (the shipped rows' `domain` column used as a tag)
+    tree["domains"] = {"arithmetic": {"reward": failing}}
+    tree["data"].update(val_files=[], domain_key="no_such_column", tag_key="domain",
+                        tag_to_domain={"arithmetic": "arithmetic", "word_problems": "arithmetic"})
+    tree["rollout"].pop("domain_interleave_probs")
+    pipeline = run_pipeline(tree)
+    try:
+        (record,) = read_metrics(pipeline.run_dir)
+        assert record["arithmetic/reward/status/error"] == 8  # indices 1 and 3 of 4 groups
+        assert record["arithmetic/reward/status/timeout"] == 4  # index 2 hung past the 1 s deadline
+        assert record["arithmetic/reward/status/ok"] == 4
+        assert record["batch/masked_samples"] == 12 and record["batch/samples"] == 16
+        assert record["actor/updates"] == 1
+    finally:
+        pipeline.close()
