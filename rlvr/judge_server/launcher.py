@@ -1,0 +1,233 @@
+"""Starting and stopping the local judge server as a child process (vLLM when installed, else transformers)."""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Sequence
+
+logger = logging.getLogger(__name__)
+
+_TAIL_LINES = 30
+
+
+class JudgeServerError(RuntimeError):
+    """The judge server could not be started (it exited, or never became healthy)."""
+
+
+class JudgeServerHandle:
+    """A running judge server. `url` is the OpenAI base URL (`http://127.0.0.1:PORT/v1`): pass it as the
+    judge worker's base_url. `stop()` ends the server's whole process group; it is idempotent, and also runs at
+    interpreter exit. Usable as a context manager."""
+
+    def __init__(self, url: str, process: subprocess.Popen, backend: str, log_dir: Path, owns_log_dir: bool):
+        self.url = url
+        self.process = process
+        self.backend = backend  # "vllm" | "transformers"
+        self.log_dir = log_dir  # stdout.log and stderr.log of the server
+        self._owns_log_dir = owns_log_dir
+        self._stopped = False
+        atexit.register(self.stop)
+
+    @property
+    def root_url(self) -> str:
+        """The server's address without the `/v1` suffix (where `/health` lives)."""
+        return self.url.removesuffix("/").removesuffix("/v1")
+
+    @property
+    def port(self) -> int:
+        return int(self.root_url.rsplit(":", 1)[1])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stderr_tail(self, lines: int = _TAIL_LINES) -> str:
+        return _tail(self.log_dir / "stderr.log", lines)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM to the process group, SIGKILL after `timeout_s`; then removes a temporary log directory."""
+        if self._stopped:
+            return
+        self._stopped = True
+        atexit.unregister(self.stop)
+        _stop_group(self.process, timeout_s)
+        if self._owns_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+    def __enter__(self) -> "JudgeServerHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else ("running" if self.alive() else "exited")
+        return f"JudgeServerHandle(url={self.url!r}, backend={self.backend!r}, pid={self.process.pid}, {state})"
+
+
+def vllm_available() -> bool:
+    """vLLM is installed (found without importing it: importing vLLM is slow and initialises CUDA)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def start_judge_server(
+    model_path: str,
+    port: int = 0,
+    prefer_vllm: bool = True,
+    *,
+    host: str = "127.0.0.1",
+    served_model_name: str = "judge",
+    startup_timeout_s: float = 600.0,
+    vllm_args: Sequence[str] = (),
+    server_args: Sequence[str] = (),
+    fallback_to_transformers: bool = True,
+    log_dir: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> JudgeServerHandle:
+    """Starts an OpenAI-compatible server for `model_path` (a local HF directory) and waits until `/health` says
+    it serves. The model is served under the name `served_model_name` ("judge", the worker's default).
+
+    With `prefer_vllm` and vLLM installed: `python -m vllm.entrypoints.openai.api_server` (plus `vllm_args`,
+    e.g. ["--gpu-memory-utilization", "0.2"] to share a GPU with the policy); if that fails to start and
+    `fallback_to_transformers`, a warning is logged and the transformers server (rlvr.judge_server, plus
+    `server_args`) is started instead. port 0 picks a free port. Raises JudgeServerError, with the tail of the
+    server's stderr, if the server exits during start-up or is not healthy within `startup_timeout_s`.
+    Logs go to `log_dir` (a temporary directory removed by stop() when not given).
+    """
+    model_path = str(model_path)
+    if prefer_vllm and vllm_available():
+        # vLLM prints no machine-readable address, so the port is chosen here (free now; a race with another
+        # process binding it in between shows up as a start-up failure).
+        vllm_port = port or _free_port(host)
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
+               "--host", host, "--port", str(vllm_port), "--served-model-name", served_model_name, *vllm_args]
+        try:
+            return _launch(cmd, "vllm", f"http://{_url_host(host)}:{vllm_port}/v1", startup_timeout_s, log_dir, env)
+        except JudgeServerError as e:
+            if not fallback_to_transformers:
+                raise
+            logger.warning("vLLM judge server did not start; using the transformers server instead. %s", e)
+    cmd = [sys.executable, "-m", "rlvr.judge_server", "--model", model_path, "--host", host, "--port", str(port),
+           "--served-model-name", served_model_name, "--exit-with-parent", *server_args]
+    return _launch(cmd, "transformers", None, startup_timeout_s, log_dir, env)
+
+
+def _launch(cmd: list[str], backend: str, url: str | None, timeout_s: float,
+            log_dir: str | os.PathLike[str] | None, env: dict[str, str] | None) -> JudgeServerHandle:
+    """Runs `cmd` in its own process group; `url` None: read it from the first stdout line."""
+    owns = log_dir is None
+    logs = Path(tempfile.mkdtemp(prefix=f"rlvr-judge-{backend}-")) if owns else Path(log_dir)
+    logs.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logger.info("starting the %s judge server: %s (logs in %s)", backend, " ".join(cmd), logs)
+    with open(logs / "stdout.log", "wb") as out, open(logs / "stderr.log", "wb") as err:
+        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
+                                   start_new_session=True)  # a process group of its own: stop() ends it all
+    handle = JudgeServerHandle(url or "", process, backend, logs, owns)
+    started = time.monotonic()
+    try:
+        while True:
+            code = process.poll()
+            if code is not None:
+                raise JudgeServerError(
+                    f"the {backend} judge server exited with code {code} during start-up "
+                    f"(command: {' '.join(cmd)}). Last lines of its stderr:\n{handle.stderr_tail()}"
+                )
+            if not handle.url:
+                handle.url = _first_line(logs / "stdout.log") or ""
+            if handle.url and _healthy(handle.root_url):
+                logger.info("%s judge server ready at %s in %.1fs", backend, handle.url, time.monotonic() - started)
+                return handle
+            if time.monotonic() - started > timeout_s:
+                raise JudgeServerError(
+                    f"the {backend} judge server was not healthy within {timeout_s:.0f}s "
+                    f"(command: {' '.join(cmd)}). Last lines of its stderr:\n{handle.stderr_tail()}"
+                )
+            time.sleep(0.25)
+    except BaseException:  # the error says why (with the stderr tail); no server is left behind
+        handle.stop()
+        raise
+
+
+def _first_line(path: Path) -> str | None:
+    """The first complete stdout line, if it is a URL (the transformers server prints its URL first)."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline()
+    except OSError:
+        return None
+    if not line.endswith(b"\n"):
+        return None
+    text = line.decode("utf-8", "replace").strip()
+    if not text.startswith(("http://", "https://")):
+        raise JudgeServerError(f"the judge server's first stdout line is not its URL: {text[:200]!r}")
+    return text
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes via a proxy
+
+
+def _healthy(root_url: str) -> bool:
+    try:
+        with _NO_PROXY.open(f"{root_url}/health", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):  # HTTPError (503 while loading) is a URLError
+        return False
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _stop_group(process: subprocess.Popen, timeout_s: float) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        logger.warning("judge server (pid %d) ignored SIGTERM for %.0fs: killing it", process.pid, timeout_s)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+    else:
+        # The leader is gone; children it may have left (vLLM's engine processes) go too.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        data = path.read_bytes()[-64 * 1024:]
+    except OSError:
+        return "(no stderr log)"
+    text = data.decode("utf-8", "replace").rstrip()
+    return "\n".join(text.splitlines()[-lines:]) or "(stderr was empty)"
