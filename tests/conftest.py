@@ -20,22 +20,25 @@ def default_model_dir() -> str:
 @pytest.fixture(scope="session")
 def tiny_model_dir(default_model_dir, tmp_path_factory) -> str:
     """A 2-layer Llama with random weights and the default model's tokenizer and chat template."""
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from rlvr.models.tiny_model import make_tiny_model
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"), default_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_vllm_model_dir(tiny_model_dir, tmp_path_factory) -> str:
+    """`tiny_model_dir` with head_dim 32 (2 query heads, 1 KV head): vLLM's CPU attention needs head sizes of 32 to
+    512, the tiny model's are 16. Same tokenizer, chat template and generation config."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, LlamaForCausalLM
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.num_attention_heads, config.num_key_value_heads, config.head_dim = 2, 1, config.hidden_size // 2
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    model = LlamaForCausalLM(config)
-    out = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    GenerationConfig(eos_token_id=[im_end, tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id
-                     ).save_pretrained(out)
+    out = tmp_path_factory.mktemp("tiny-vllm-model")
+    LlamaForCausalLM(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    GenerationConfig.from_pretrained(tiny_model_dir).save_pretrained(out)
     return str(out)
 
 

@@ -87,8 +87,7 @@ class HFEngine:
 
     async def load_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         # Runs on the model thread: never while a batch is being generated.
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._load, named_tensors)
-        self._version = version
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._load, named_tensors, version)
 
     def policy_version(self) -> int:
         return self._version
@@ -181,7 +180,7 @@ class HFEngine:
             logprobs = [lp[len(p):] for p, lp in zip(prompts, full)]
         gens = [
             Generation(ids, self.tokenizer.decode(ids, skip_special_tokens=True), reason,
-                       logprobs[i] if logprobs else None)
+                       logprobs[i] if logprobs else None, policy_version=self._version)
             for i, (ids, reason) in enumerate(responses)
         ]
         self.stats["batches"] += 1
@@ -213,7 +212,7 @@ class HFEngine:
         lp = token_logprobs(logits[:, :-1], input_ids[:, 1:], temperature)
         return [[0.0] + lp[i, : len(s) - 1].tolist() for i, s in enumerate(sequences)]
 
-    def _load(self, named_tensors: dict[str, torch.Tensor]) -> None:
+    def _load(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         params = dict(self.model.named_parameters())
         missing = [name for name in params if name not in named_tensors]
         if missing:
@@ -221,3 +220,4 @@ class HFEngine:
         with torch.no_grad():
             for name, p in params.items():
                 p.copy_(named_tensors[name].to(p.dtype))
+        self._version = version  # set on the model thread: a batch reads the version of the weights it uses

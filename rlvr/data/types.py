@@ -37,6 +37,7 @@ class Generation:
     text: str
     finish_reason: str  # "stop" (EOS or stop string) | "length" (hit max_new_tokens) | "abort"
     logprobs: list[float] | None = None  # behaviour-policy logprob of each token, when requested
+    policy_version: int | None = None  # the weights version that generated it, when the engine knows
 
 
 @dataclass

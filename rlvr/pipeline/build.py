@@ -10,12 +10,15 @@ from pathlib import Path
 
 import ray
 
-from rlvr.config import Config, ConfigError
+from rlvr.config import Config, ConfigError, RewardConfig
+from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
+from rlvr.models.default_model import resolve_model_path
 from rlvr.data.dataset import RowFormat, load_prompts, split_by_domain, tokenize_prompts
 from rlvr.data.types import Prompt
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
 from rlvr.workers.cluster import Cluster
+from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.reward_actor import RewardActor, resolve_reward_class
 
 log = logging.getLogger(__name__)
@@ -33,7 +36,8 @@ def start_ray(cfg: Config) -> bool:
     if ray.is_initialized():
         return False
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
-    env = {"TOKENIZERS_PARALLELISM": "false", "RAY_DEDUP_LOGS": "1"}
+    # Workers load models quietly: one "Loading weights" bar per actor per start drowns the run's own output.
+    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     ray.init(address=address, num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,
              runtime_env={"env_vars": env})
     return True
@@ -79,14 +83,49 @@ class Clusters:
     rewards: dict[str, Cluster]
 
 
-def build_clusters(cfg: Config, model_path: str) -> Clusters:
-    for domain, dc in cfg.domains.items():
-        resolve_reward_class(domain, dc.reward)  # fail on a bad import path before starting anything
-    actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path)
+def start_local_judge(cfg: Config) -> tuple[JudgeServerHandle | None, dict[str, RewardConfig]]:
+    """Starts the embedded judge server when an LLM-judge reward asks for it (`base_url: local` or none), and
+    returns the reward configs with that server's URL filled in."""
+    rewards = {d: dc.reward for d, dc in cfg.domains.items()}
+    local = [d for d, r in rewards.items() if issubclass(resolve_reward_class(d, r), LLMJudgeRewardWorker)
+             and r.args.get("base_url") in (None, "local")]
+    if not local:
+        return None, rewards
+    js = cfg.judge_server
+    server_args = ["--threads", str(js.threads)] if js.threads else []
+    handle = start_judge_server(resolve_model_path(js.model, cfg.model.cache_dir), prefer_vllm=js.prefer_vllm,
+                                startup_timeout_s=js.startup_timeout_s, server_args=server_args,
+                                vllm_args=js.vllm_args)
+    log.info("local judge server for %s at %s (%s)", local, handle.url, handle.backend)
+    for d in local:
+        rewards[d] = rewards[d].model_copy(update={"args": {**rewards[d].args, "base_url": handle.url}})
+    return handle, rewards
+
+
+def train_gpus_per_worker(cfg: Config) -> float:
+    """actor_train.num_gpus_per_worker, or (None) 1 when the Ray cluster has GPUs; an error, not a hang, when the
+    cluster has too few for actor_train (and the reference)."""
+    t, have = cfg.actor_train, ray.cluster_resources().get("GPU", 0.0)
+    gpus = t.num_gpus_per_worker if t.num_gpus_per_worker is not None else (1.0 if have >= 1 else 0.0)
+    need = gpus * (t.world_size + (1 if cfg.needs_reference else 0))
+    if need > have:
+        raise ConfigError(f"actor_train.num_gpus_per_worker: {need:g} GPUs needed (world_size {t.world_size}"
+                          f"{' + reference' if cfg.needs_reference else ''}), the Ray cluster has {have:g}")
+    return gpus
+
+
+def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardConfig]) -> Clusters:
+    for domain, reward in rewards_cfg.items():
+        resolve_reward_class(domain, reward)  # fail on a bad import path before starting anything
+    gpus = train_gpus_per_worker(cfg)
+    # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
+    actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
+                          num_gpus=gpus, rendezvous=True)
     actor_infer = Cluster("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
                           max_concurrency=1000)
-    reference = Cluster("reference", ReferenceWorker, 1, cfg, model_path) if cfg.needs_reference else None
-    rewards = {domain: Cluster(f"reward/{domain}", RewardActor, dc.reward.world_size, domain, dc.reward,
+    reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, num_gpus=gpus, rendezvous=True)
+                 if cfg.needs_reference else None)
+    rewards = {domain: Cluster(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
                                max_concurrency=1000)
-               for domain, dc in cfg.domains.items()}
+               for domain, reward in rewards_cfg.items()}
     return Clusters(actor_train, actor_infer, reference, rewards)

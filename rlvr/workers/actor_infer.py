@@ -17,13 +17,28 @@ from rlvr.config import Config
 from rlvr.data.types import Generation
 
 
+def build_engine(cfg: Config, model_path: str, seed: int):
+    """The engine that `generation.engine` names: HFEngine or VLLMEngine (same interface)."""
+    gen = cfg.generation
+    threads = gen.torch_threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)  # see TorchStrategy: Ray sets 1
+    if gen.engine == "hf":
+        return HFEngine(model_path, dtype=gen.dtype, max_batch_size=gen.max_batch_size, seed=seed)
+    from rlvr.backends.vllm_engine import VLLMEngine
+
+    v = gen.vllm
+    longest = max(gen.max_new_tokens, cfg.validation.max_new_tokens or 0)
+    return VLLMEngine(model_path, dtype=gen.dtype, max_batch_size=gen.max_batch_size, seed=seed,
+                      max_model_len=v.max_model_len or cfg.data.max_prompt_length + longest + 1,
+                      kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
+                      enforce_eager=v.enforce_eager, omp_threads=threads,
+                      enable_prefix_caching=v.enable_prefix_caching)
+
+
 class ActorInferWorker:
     def __init__(self, cfg: Config, model_path: str, rank: int = 0):
-        gen = cfg.generation
-        torch.set_num_threads(gen.torch_threads or os.cpu_count() or 1)  # see TorchStrategy: Ray sets 1
-        self.engine = HFEngine(model_path, dtype=gen.dtype, max_batch_size=gen.max_batch_size,
-                               seed=cfg.run.seed + 1000 + rank)
-        self.admission = Admission(gen.max_in_flight_per_worker)
+        self.engine = build_engine(cfg, model_path, seed=cfg.run.seed + 1000 + rank)
+        self.admission = Admission(cfg.generation.max_in_flight_per_worker)
 
     async def generate(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
                        request_id: str | None = None) -> list[Generation]:

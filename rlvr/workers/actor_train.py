@@ -1,18 +1,53 @@
-"""actor_train and reference workers (Ray actors) around a training strategy."""
+"""actor_train and reference workers (Ray actors) around a training strategy (torch or deepspeed).
+
+Built in two phases, so that the ranks of a cluster can form one process group (Cluster(..., rendezvous=True)):
+`__init__` records the rank; `setup(master_addr, master_port)`, called on every rank at once with rank 0's
+address, builds the strategy. With world_size > 1 every method that touches the strategy is collective: the
+driver calls it on every rank (Cluster.collective) and uses rank 0's result.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
-from rlvr.backends.torch_strategy import TorchStrategy
+from rlvr.backends.dist import rendezvous_address
+from rlvr.backends.train_strategy import TrainStrategy
 from rlvr.config import Config
 from rlvr.data.batch import TrainBatch
 
 
+def make_strategy(cfg: Config, model_path: str, *, rank: int, world_size: int, master_addr: str,
+                  master_port: int, seed: int, trainable: bool = True) -> TrainStrategy:
+    t = cfg.actor_train
+    if t.strategy == "deepspeed":
+        from rlvr.backends.deepspeed_strategy import DeepSpeedStrategy  # deepspeed is imported only when asked for
+
+        return DeepSpeedStrategy(model_path, t, total_steps=cfg.run.max_steps, seed=seed, rank=rank,
+                                 world_size=world_size, master_addr=master_addr, master_port=master_port,
+                                 zero_stage=t.deepspeed.zero_stage, trainable=trainable,
+                                 bf16_weights=t.deepspeed.bf16_weights)
+    from rlvr.backends.torch_strategy import TorchStrategy
+
+    return TorchStrategy(model_path, t, total_steps=cfg.run.max_steps, seed=seed, trainable=trainable)
+
+
 class _PolicyForward:
-    strategy: TorchStrategy
-    temperature: float
+    strategy: TrainStrategy
+    trainable = True
+
+    def __init__(self, cfg: Config, model_path: str, rank: int = 0, world_size: int = 1):
+        self.cfg, self.model_path, self.rank, self.world_size = cfg, model_path, rank, world_size
+        self.temperature = cfg.generation.temperature or 1.0
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        return rendezvous_address()
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        seed = self.cfg.run.seed + (self.rank if self.trainable else 0)
+        self.strategy = make_strategy(self.cfg, self.model_path, rank=self.rank, world_size=self.world_size,
+                                      master_addr=master_addr, master_port=master_port, seed=seed,
+                                      trainable=self.trainable)
 
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.strategy.forward_logprobs(batch, self.temperature)
@@ -31,25 +66,27 @@ class _PolicyForward:
 
 
 class ActorTrainWorker(_PolicyForward):
-    def __init__(self, cfg: Config, model_path: str, rank: int = 0):
-        self.cfg = cfg
-        self.temperature = cfg.generation.temperature or 1.0
-        self.strategy = TorchStrategy(model_path, cfg.actor_train, total_steps=cfg.run.max_steps,
-                                      seed=cfg.run.seed + rank)
+    def __init__(self, cfg: Config, model_path: str, rank: int = 0, world_size: int = 1):
+        super().__init__(cfg, model_path, rank, world_size)
         algo = cfg.algorithm
         self.settings = ObjectiveSettings(
             clip_eps_low=algo.clip_eps_low, clip_eps_high=algo.clip_eps_high, dual_clip_c=algo.dual_clip_c,
             loss_agg_mode=algo.loss_agg_mode, kl_loss_coef=algo.kl_loss_coef, kl_estimator=algo.kl_estimator,
-            entropy_coef=algo.entropy_coef, max_response_len=cfg.generation.max_new_tokens)
+            entropy_coef=algo.entropy_coef, max_response_len=cfg.generation.max_new_tokens,
+            decoupled=algo.decoupled_loss, behaviour_weight_cap=algo.behaviour_weight_cap)
         self.infer_dtype = getattr(torch, cfg.generation.dtype)
 
-    def train(self, batch: TrainBatch) -> dict[str, float]:
+    def train(self, batch: TrainBatch, step_lr: bool = True) -> dict[str, float]:
+        """One global step, or (step_lr=False, the mini-batch pipeline) a part of one: see `lr_step`."""
         def loss_fn(logp, entropy, micro, n_tokens, n_seqs):
             return actor_objective(logp, entropy, micro.tensors, self.settings, n_tokens, n_seqs)
 
         metrics = self.strategy.train_step(batch, loss_fn, temperature=self.temperature,
-                                           need_entropy_grad=self.settings.entropy_coef != 0)
+                                           need_entropy_grad=self.settings.entropy_coef != 0, step_lr=step_lr)
         return {f"actor/{k}": v for k, v in metrics.items()}
+
+    def lr_step(self) -> None:
+        self.strategy.lr_step()
 
     def weights_for_sync(self) -> dict[str, torch.Tensor]:
         return self.strategy.named_parameters_for_sync(self.infer_dtype)
@@ -64,7 +101,4 @@ class ActorTrainWorker(_PolicyForward):
 class ReferenceWorker(_PolicyForward):
     """The frozen initial policy; started only when a KL term is configured."""
 
-    def __init__(self, cfg: Config, model_path: str, rank: int = 0):
-        self.temperature = cfg.generation.temperature or 1.0
-        self.strategy = TorchStrategy(model_path, cfg.actor_train, total_steps=cfg.run.max_steps,
-                                      seed=cfg.run.seed, trainable=False)
+    trainable = False

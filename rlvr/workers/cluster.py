@@ -9,7 +9,11 @@ import ray
 
 class Cluster:
     def __init__(self, name: str, worker_cls: type, world_size: int, *args: Any,
-                 num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None, **kwargs: Any):
+                 num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None,
+                 rendezvous: bool = False, **kwargs: Any):
+        """rendezvous=True: the workers form one process group. Each gets `rank` and `world_size`; rank 0 picks
+        an address and a free port on its own node (`rendezvous_address()`), and every rank joins through it in
+        `setup(master_addr, master_port)`, called on all ranks at once (joining blocks until all have come)."""
         # num_cpus=0 by default: workers of different phases take turns on the same cores, and Ray must not
         # refuse to place them on a 2-core machine; the torch thread count is set inside each worker.
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
@@ -17,8 +21,13 @@ class Cluster:
             options["max_concurrency"] = max_concurrency
         remote_cls = ray.remote(worker_cls)
         self.name = name
+        if rendezvous:
+            kwargs = {**kwargs, "world_size": world_size}
         self.workers = [remote_cls.options(**options).remote(*args, rank=rank, **kwargs)
                         for rank in range(world_size)]
+        if rendezvous:
+            master_addr, master_port = ray.get(self.workers[0].rendezvous_address.remote())
+            ray.get([w.setup.remote(master_addr, master_port) for w in self.workers])
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -32,6 +41,14 @@ class Cluster:
 
     def first(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return ray.get(getattr(self.workers[0], method).remote(*args, **kwargs))
+
+    def collective(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The same call on every worker, which take part together in the collectives inside it (ZeRO
+        gathers and reductions); returns rank 0's result. A large argument goes to the object store once, not
+        once per worker."""
+        if len(self.workers) > 1:
+            args = tuple(a if isinstance(a, (str, int, float, bool, type(None))) else ray.put(a) for a in args)
+        return self.gather(method, *args, **kwargs)[0]
 
     def kill(self) -> None:
         for w in self.workers:

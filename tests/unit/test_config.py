@@ -136,3 +136,27 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("run: [unclosed")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(bad)
+
+
+def test_mini_batch_pipeline_needs_whole_groups_per_mini_batch(tmp_path):
+    path = write(tmp_path, base())
+    with pytest.raises(ConfigError, match="actor_train.mini_batch_size: overlap.mini_batch_pipeline .* "
+                                          "multiple of rollout.group_size=4, got None"):
+        load_config(path, ["overlap.mini_batch_pipeline=true"])
+    with pytest.raises(ConfigError, match="got 2"):
+        load_config(path, ["overlap.mini_batch_pipeline=true", "actor_train.mini_batch_size=2"])
+    with pytest.raises(ConfigError, match="actor_train.ppo_epochs"):
+        load_config(path, ["overlap.mini_batch_pipeline=true", "actor_train.mini_batch_size=8",
+                           "actor_train.ppo_epochs=2"])
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator: reinforce_pp_baseline whitens"):
+        load_config(path, ["overlap.mini_batch_pipeline=true", "actor_train.mini_batch_size=8",
+                           "algorithm.adv_estimator=reinforce_pp_baseline"])
+    cfg = load_config(path, ["overlap.mini_batch_pipeline=true", "actor_train.mini_batch_size=8"])
+    assert cfg.generation.return_logprobs  # the behaviour logprobs anchor the later mini-batches
+
+
+def test_off_policy_and_decoupled_loss_turn_on_behaviour_logprobs(tmp_path):
+    path = write(tmp_path, base())
+    assert not load_config(path).generation.return_logprobs
+    assert load_config(path, ["overlap.one_step_off_policy=true"]).generation.return_logprobs
+    assert load_config(path, ["algorithm.decoupled_loss=true"]).generation.return_logprobs

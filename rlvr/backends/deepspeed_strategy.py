@@ -1,0 +1,211 @@
+"""Training strategy on DeepSpeed ZeRO (stage 2 or 3): data parallel over `world_size` processes.
+
+The update loop, the row split over ranks and the logprob pass are shared with `TorchStrategy`
+(rlvr/backends/train_strategy.py: every micro-batch's loss is normalised by the GLOBAL token / sequence count of its
+mini-batch). What DeepSpeed adds, and how it keeps the update independent of the split:
+  * `engine.backward(loss, scale_wrt_gas=False)`: no 1/gradient_accumulation_steps factor (the number of
+    micro-batches follows the mini-batch; the accumulation boundary is set by hand);
+  * DeepSpeed *averages* gradients over the data-parallel ranks (divides the reduced sum by W), so each loss is
+    multiplied by W before backward: (1/W) * sum_r W * g_r = sum_r g_r = the full mini-batch gradient.
+
+Precision (from `cfg.bf16_autocast` and `bf16_weights`):
+  * bf16_autocast=False: fp32 weights and compute.
+  * bf16_autocast=True, bf16_weights=True (default): DeepSpeed bf16, i.e. bf16 module weights and compute,
+    fp32 master weights and optimizer states in the ZeRO optimizer, gradient accumulation in fp32.
+  * bf16_autocast=True, bf16_weights=False: fp32 weights with DeepSpeed's `torch_autocast` (bf16 compute), the
+    numerics of TorchStrategy, fp32 communication; `forward_logprobs(autocast=False)` is then a full fp32
+    forward (what the weight-sync check against an fp32 inference engine needs).
+
+Device-agnostic: NCCL on CUDA, gloo on CPU (DS_ACCELERATOR=cpu is set when no CUDA device is visible).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from rlvr.backends import dist as rdist
+from rlvr.backends.train_strategy import TrainStrategy, lr_lambda, rng_states, set_rng_states
+from rlvr.config import ActorTrainConfig
+from rlvr.data.batch import TrainBatch
+
+CKPT_TAG = "ckpt"
+
+
+class DeepSpeedStrategy(TrainStrategy):
+    def __init__(self, model_path: str, cfg: ActorTrainConfig, *, total_steps: int, seed: int, rank: int,
+                 world_size: int, master_addr: str, master_port: int, zero_stage: int = 2,
+                 trainable: bool = True, bf16_weights: bool = True):
+        if zero_stage not in (2, 3):
+            raise ValueError(f"zero_stage must be 2 or 3, got {zero_stage}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world_size {world_size}")
+        deepspeed = rdist.import_deepspeed()
+        from transformers import AutoModelForCausalLM
+
+        self.cfg, self.rank, self.world_size, self.zero_stage = cfg, rank, world_size, zero_stage
+        self.trainable = trainable
+        # Ranks on one machine share its cores.
+        torch.set_num_threads(cfg.torch_threads or max(1, (os.cpu_count() or 1) // world_size))
+        torch.manual_seed(seed)
+        rdist.init_process_group(rank, world_size, master_addr, master_port, use_deepspeed=True)
+        self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
+
+        if not cfg.bf16_autocast:
+            self.precision = "fp32"
+        else:
+            self.precision = "bf16" if bf16_weights else "autocast"
+        self.ds_config = self._ds_config()
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        self.model_config = model.config
+        model.config.use_cache = False
+        self.optimizer = self.scheduler = None
+        if trainable:
+            if cfg.gradient_checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # A torch AdamW (the same update as TorchStrategy's, on any device); ZeRO wraps it and hands it the
+            # fp32 partitions of the parameters.
+            self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
+                                               weight_decay=cfg.weight_decay)
+            self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.optimizer,
+                                                        config=self.ds_config)
+            # The schedule is stepped once per train_step call (not per optimizer step), so DeepSpeed does not
+            # own it; it acts on the param_groups that ZeRO re-pointed at its fp32 partitions.
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lr_lambda(cfg.lr_schedule, cfg.warmup_steps, total_steps))
+        else:
+            model.eval().requires_grad_(False)
+            self.engine, _, _, _ = deepspeed.initialize(model=model, config=self.ds_config)
+        self.module = self.engine.module
+
+    # ------------------------------------------------------------------ config
+    def _ds_config(self) -> dict:
+        cfg = self.cfg
+        # A frozen model has no gradients or optimizer states to shard: ZeRO-2 (which insists on an optimizer) is
+        # then plain replication, stage 0; ZeRO-3 still shards the parameters.
+        stage = self.zero_stage if self.trainable or self.zero_stage == 3 else 0
+        zero: dict = {"stage": stage, "overlap_comm": self.device.type == "cuda",
+                      "contiguous_gradients": True, "reduce_scatter": True, "reduce_bucket_size": 50_000_000,
+                      "allgather_bucket_size": 50_000_000}
+        if stage == 3:
+            zero.update(stage3_param_persistence_threshold=10_000, stage3_prefetch_bucket_size=50_000_000,
+                        stage3_gather_16bit_weights_on_model_save=False)
+        ds: dict = {
+            "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+            # Accumulation boundaries are set by hand (the number of micro-batches follows the mini-batch).
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": float(cfg.max_grad_norm or 0.0),
+            "zero_optimization": zero,
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 2**31 - 1,
+            "wall_clock_breakdown": False,
+        }
+        if self.precision == "bf16":
+            ds["bf16"] = {"enabled": True}
+            ds["data_types"] = {"grad_accum_dtype": "fp32"}
+        elif self.precision == "autocast":
+            # No "lower precision safe modules": by default DeepSpeed tags nn.Linear weights to be all-gathered
+            # (ZeRO-3) and gradient-reduced in bf16, so even an autocast=False forward would see bf16 weights.
+            ds["torch_autocast"] = {"enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": []}
+        return ds
+
+    # ------------------------------------------------------------------ TrainStrategy hooks
+    def _set_train_mode(self, train: bool) -> None:
+        self.module.train(train)
+
+    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True) -> torch.Tensor:
+        ids, att = micro["input_ids"].to(self.device), micro["attention_mask"].to(self.device)
+        if train:  # through the engine: its backward hooks and (precision "autocast") its autocast context
+            return self.engine(input_ids=ids, attention_mask=att).logits[:, :-1]
+        # the module itself (ZeRO-3 gathers through module hooks), under our own autocast choice; with bf16
+        # weights the forward is bf16 whatever `autocast` says (the module holds no fp32 weights)
+        autocast_ctx = self.precision == "autocast" and autocast
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if autocast_ctx else nullcontext():
+            return self.module(input_ids=ids, attention_mask=att).logits[:, :-1]
+
+    def _begin_micro(self, first: bool, last: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(last)
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        # x W: undo DeepSpeed's average over ranks (see the module docstring)
+        self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
+
+    def _optimizer_step(self) -> float:
+        self.engine.step()
+        self.engine.set_gradient_accumulation_boundary(None)  # back to DeepSpeed's own counting
+        grad_norm = self.engine.get_global_grad_norm()  # global, before clipping, the same on every rank
+        return float(grad_norm) if grad_norm is not None else float("nan")
+
+    # ------------------------------------------------------------------ weights
+    def named_parameters_for_sync(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Full, unsharded CPU tensors in `dtype`, on rank 0 (other ranks return {}). Collective.
+
+        Asked for the module's own dtype (bf16 weights -> bfloat16, fp32 weights -> any) the module's tensors
+        are exact (DeepSpeed rounds the fp32 masters into them after each step); asked for float32 while the
+        module holds bf16, the fp32 master weights are assembled from the optimizer's partitions."""
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        use_masters = self.trainable and self.precision == "bf16" and dtype != torch.bfloat16
+        out: dict[str, torch.Tensor] = {}
+        for name, p in self.module.named_parameters():
+            if use_masters:
+                full = safe_get_full_fp32_param(p)
+            elif self.zero_stage == 3:
+                full = self._gathered(p)
+            else:
+                full = p.detach()
+            if self.rank == 0:
+                out[name] = full.detach().to("cpu", dtype).clone()
+        return out
+
+    def _gathered(self, p: torch.nn.Parameter) -> torch.Tensor:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+            return p.detach().clone()
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, directory: str) -> None:
+        """Collective. <dir>/deepspeed: DeepSpeed's checkpoint (module, ZeRO partitions of the fp32 masters and
+        optimizer states, one file per rank); <dir>/train_state_rank<r>.pt: LR schedule and RNG states;
+        <dir>/model: a plain HF model (config + safetensors, fp32 masters) written by rank 0."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        if self.trainable:
+            self.engine.save_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG, save_latest=True)
+        torch.save({"scheduler": self.scheduler.state_dict() if self.scheduler else None, "rng": rng_states(),
+                    "world_size": self.world_size, "zero_stage": self.zero_stage},
+                   path / f"train_state_rank{self.rank}.pt")
+        weights = self.named_parameters_for_sync(torch.float32)
+        if self.rank == 0:
+            from safetensors.torch import save_file
+
+            (path / "model").mkdir(exist_ok=True)
+            self.model_config.save_pretrained(path / "model")
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(path / "model" / "model.safetensors"),
+                      metadata={"format": "pt"})
+        rdist.barrier()
+
+    def load(self, directory: str) -> None:
+        """Collective; the checkpoint must come from the same world size and ZeRO stage."""
+        path = Path(directory)
+        state_file = path / f"train_state_rank{self.rank}.pt"
+        if not state_file.exists():
+            raise FileNotFoundError(f"{state_file}: no state for rank {self.rank} (saved with another world size?)")
+        state = torch.load(state_file, weights_only=False)
+        if (state["world_size"], state["zero_stage"]) != (self.world_size, self.zero_stage):
+            raise ValueError(f"{directory}: saved with world_size={state['world_size']}, zero_stage="
+                             f"{state['zero_stage']}; this strategy has {self.world_size}, {self.zero_stage}")
+        if self.trainable:
+            load_path, _ = self.engine.load_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG,
+                                                       load_optimizer_states=True, load_lr_scheduler_states=False)
+            if load_path is None:
+                raise FileNotFoundError(f"{path / 'deepspeed'}: no DeepSpeed checkpoint tagged {CKPT_TAG!r}")
+            self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_states(state["rng"])
+
+
+__all__ = ["DeepSpeedStrategy"]

@@ -1,0 +1,187 @@
+"""What the training strategies (torch, deepspeed) share: this rank's micro-batches of a batch, the logprob pass
+and the PPO update loop with global-token-count normalisation. A strategy supplies the model call and the
+optimizer mechanics through five small hooks.
+
+Normalisation, so that any split gives the single-process full-batch update: every micro-batch's loss is
+normalised by the token / sequence count of its WHOLE mini-batch (every rank holds the whole mini-batch, so the
+count needs no communication), and the micro-batch gradients are summed, never averaged.
+
+Data parallelism: every rank receives the same full batch and takes rows rank, rank+W, rank+2W, ... of each
+mini-batch, in micro-batches. Every rank runs the same number of forward/backward passes (ZeRO-2 reduces
+gradients during every backward, ZeRO-3 gathers parameters during every forward); a rank whose share has fewer
+micro-batches runs padding micro-batches whose loss is multiplied by 0.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable
+
+import numpy as np
+import torch
+
+from rlvr.algorithms.policy_loss import entropy_from_logits
+from rlvr.backends import dist as rdist
+from rlvr.backends.logprobs import token_logprobs
+from rlvr.config import ActorTrainConfig
+from rlvr.data.batch import TrainBatch
+
+LossFn = Callable[[torch.Tensor, torch.Tensor, TrainBatch, torch.Tensor, torch.Tensor],
+                  tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+class TrainStrategy:
+    cfg: ActorTrainConfig
+    device: torch.device
+    rank: int = 0
+    world_size: int = 1
+    trainable: bool = True
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+
+    # ------------------------------------------------------------------ hooks
+    def _set_train_mode(self, train: bool) -> None:
+        raise NotImplementedError
+
+    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True) -> torch.Tensor:
+        """[B, T-1, V] logits predicting input_ids[:, 1:]."""
+        raise NotImplementedError
+
+    def _begin_micro(self, first: bool, last: bool) -> None:
+        """Before each micro-batch's forward of a mini-batch (zero the gradients, mark the accumulation end)."""
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _optimizer_step(self) -> float:
+        """Clip, step; returns the global gradient norm before clipping."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ rows and micro-batches
+    def _shard(self, batch: TrainBatch) -> list[tuple[TrainBatch, bool]]:
+        """This rank's micro-batches of `batch` (rows rank::W), padded with (dummy, True) entries so that every
+        rank gets the same count: ceil(ceil(len/W) / micro_batch_size)."""
+        n, w, mbs = len(batch), self.world_size, self.cfg.micro_batch_size
+        rows = torch.arange(self.rank, n, w)
+        micros = [(batch.select(rows[i : i + mbs]).trimmed(), False) for i in range(0, len(rows), mbs)]
+        n_micro = math.ceil(math.ceil(n / w) / mbs)
+        if len(micros) < n_micro:
+            dummy = batch.select(slice(0, 1))
+            zeroed = {k: torch.zeros_like(dummy[k]) for k in ("loss_mask", "advantages") if k in dummy.tensors}
+            micros += [(TrainBatch({**dummy.tensors, **zeroed}).trimmed(), True)] * (n_micro - len(micros))
+        return micros
+
+    # ------------------------------------------------------------------ forward
+    @torch.no_grad()
+    def forward_logprobs(self, batch: TrainBatch, temperature: float = 1.0, *, autocast: bool = True) -> torch.Tensor:
+        """[B, T-1] logprobs of each target token, padded back to the batch width with 0. Collective when
+        world_size > 1: every rank computes its rows, the rows are all-gathered, every rank returns the whole."""
+        self._set_train_mode(False)
+        b, width = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
+        local = torch.zeros(math.ceil(b / self.world_size), width)
+        row = 0
+        for micro, dummy in self._shard(batch):
+            logits = self._logits(micro, train=False, autocast=autocast)
+            if dummy:
+                continue
+            lp = token_logprobs(logits, micro["input_ids"][:, 1:].to(self.device), temperature)
+            local[row : row + len(micro), : lp.shape[1]] = lp.float().cpu()
+            row += len(micro)
+        if self.world_size == 1:
+            return local[:b]
+        gathered = [torch.zeros_like(local, device=self.device) for _ in range(self.world_size)]
+        torch.distributed.all_gather(gathered, local.to(self.device))
+        out = torch.zeros(b, width)
+        for r, part in enumerate(gathered):
+            out[r :: self.world_size] = part[: len(range(r, b, self.world_size))].cpu()
+        return out
+
+    # ------------------------------------------------------------------ training
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn, *, temperature: float = 1.0,
+                   need_entropy_grad: bool = False, step_lr: bool = True) -> dict[str, float]:
+        """PPO epochs over mini-batches; one optimizer step per mini-batch, one LR-schedule step per call
+        (step_lr=False: the caller trains one global step in several calls and ends it with `lr_step`).
+        Collective when world_size > 1: every rank calls it with the same batch and returns the same metrics."""
+        if not self.trainable:
+            raise RuntimeError("train_step on a strategy built with trainable=False")
+        self._set_train_mode(True)
+        sums: dict[str, float] = {}
+        grad_norm_sum = 0.0
+        updates = skipped = 0
+        for _ in range(self.cfg.ppo_epochs):
+            for mini in batch.split(self.cfg.mini_batch_size or len(batch)):
+                mask = mini["loss_mask"]
+                n_tokens, n_seqs = mask.sum(), (mask.sum(dim=1) > 0).sum()
+                if n_tokens == 0:  # every reward in it failed: nothing to learn (same decision on every rank)
+                    skipped += 1
+                    continue
+                micros = self._shard(mini)
+                for i, (micro, dummy) in enumerate(micros):
+                    self._begin_micro(first=i == 0, last=i == len(micros) - 1)
+                    logits = self._logits(micro, train=True)
+                    logp = token_logprobs(logits, micro["input_ids"][:, 1:].to(self.device), temperature)
+                    if need_entropy_grad:
+                        entropy = entropy_from_logits(logits.float() / temperature)
+                    else:
+                        with torch.no_grad():
+                            entropy = entropy_from_logits(logits.detach().float() / temperature)
+                    del logits
+                    loss, stats = loss_fn(logp, entropy, to_device(micro, self.device), n_tokens.to(self.device),
+                                          n_seqs.to(self.device))
+                    self._backward(loss * 0.0 if dummy else loss)
+                    for k, v in stats.items():  # dummies add 0.0, so every rank has the same keys
+                        sums[k] = sums.get(k, 0.0) + (0.0 if dummy else float(v))
+                grad_norm_sum += self._optimizer_step()
+                updates += 1
+        lr = self.optimizer.param_groups[0]["lr"]  # the rate these updates used
+        if step_lr:
+            self.lr_step()
+        if self.world_size > 1:  # each micro-batch's stats are its share of the mini-batch value: ranks add up
+            sums = rdist.all_reduce_sum(sums, self.device)
+        metrics = {k: v / max(updates, 1) for k, v in sums.items()}
+        if updates:
+            metrics["grad_norm"] = grad_norm_sum / updates
+        metrics.update(updates=updates, skipped_updates=skipped, lr=lr)
+        return metrics
+
+
+    def lr_step(self) -> None:
+        """The end of a global step for the LR schedule (once per step, however many calls trained it)."""
+        self.scheduler.step()
+
+
+def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """Linear warmup, then constant or cosine decay to 0 at total_steps."""
+
+    def f(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "cosine":
+            progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    return f
+
+
+def to_device(batch: TrainBatch, device: torch.device) -> TrainBatch:
+    return TrainBatch({k: v.to(device) for k, v in batch.tensors.items()})
+
+
+def rng_states() -> dict:
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+__all__ = ["LossFn", "TrainStrategy", "lr_lambda", "rng_states", "set_rng_states", "to_device"]

@@ -1,0 +1,292 @@
+"""DeepSpeedStrategy (ZeRO-2 / ZeRO-3) against itself across world sizes and against TorchStrategy.
+
+The issue's check: world_size 1 x 4 accumulation steps and world_size 2 x 2 accumulation steps give the same
+parameters after one step. The ranks are real processes (torch.multiprocessing, spawn) joined in one gloo process
+group (NCCL on a CUDA machine); each configuration ("job") runs in the same processes one after the other.
+
+What is compared, and why:
+  * the full gradient just before the optimizer step (deepspeed.utils.safe_get_full_grad) and the global grad
+    norm: Adam's first update is about lr * sign(g), blind to an error that scales every gradient by a constant
+    (e.g. forgetting that DeepSpeed averages over ranks), so gradients are the sharp test;
+  * the parameter update (after - before, fp32 master weights): the issue's criterion;
+  * logprobs of forward_logprobs, the loss metrics (identical on every rank), and a save / step / load round trip.
+
+Tolerances. fp32 (bf16_autocast=False): only summation order differs, so gradients agree to 1e-5 relative (L2) and
+updates to 1e-3 relative (Adam amplifies the noise of entries whose gradient is near its eps). bf16 (DeepSpeed bf16
+weights and compute, fp32 masters and fp32 gradient accumulation): every micro-batch's forward and backward is
+rounded to 8 bits of mantissa, and a different split rounds differently, so gradients agree to 2e-2 relative
+(measured 4e-3) and updates to 0.1 relative (measured 2e-2: entries with tiny gradients flip Adam's sign, a
+parameter may differ by 2 x lr); against fp32 TorchStrategy the bf16 gradients agree to 3e-2 (measured 6e-3) and
+the updates to 0.25 (measured 8e-2). Dropping the x world_size compensation makes the world_size-2 gradients half
+the right ones (relative error 0.5 to 1): the gradient and grad-norm checks fail, the update checks do not.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("deepspeed")
+
+LR = 1e-3
+WIDTH = 20
+
+
+# ---------------------------------------------------------------------------------------------- shared pieces
+def make_batch(n: int, seed: int = 1):
+    return make_train_batch(n, WIDTH, seed)
+
+
+def train_cfg(micro: int, bf16: bool, mini: int | None = None):
+    from rlvr.config import ActorTrainConfig
+
+    # warmup_steps=2: the first step runs at lr/2, the second at lr, so a lost LR schedule shows after a load.
+    return ActorTrainConfig(lr=LR, micro_batch_size=micro, mini_batch_size=mini, bf16_autocast=bf16,
+                            max_grad_norm=1.0, weight_decay=0.01, warmup_steps=2, torch_threads=1)
+
+
+def make_loss_fn():
+    from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
+
+    settings = ObjectiveSettings(loss_agg_mode="token-mean", entropy_coef=0.01)
+
+    def loss_fn(logp, entropy, micro, n_tokens, n_seqs):
+        return actor_objective(logp, entropy, micro.tensors, settings, n_tokens, n_seqs)
+
+    return loss_fn
+
+
+JOBS = [  # name, ZeRO stage, bf16, micro-batch size, rows, round trip
+    dict(name="z2_fp32", stage=2, bf16=False, micro=2, rows=8),
+    dict(name="z2_fp32_uneven", stage=2, bf16=False, micro=3, rows=7),  # ranks get 4 / 3 rows: padding micro
+    dict(name="z3_fp32_uneven", stage=3, bf16=False, micro=3, rows=7),  # ZeRO-3 gathers in every forward
+    dict(name="z2_fp32_minibatch", stage=2, bf16=False, micro=2, rows=8, mini=4),  # two optimizer steps
+    dict(name="z2_bf16", stage=2, bf16=True, micro=2, rows=8, roundtrip=True),
+    dict(name="z3_bf16", stage=3, bf16=True, micro=2, rows=8, roundtrip=True),
+    # fp32 weights, bf16 compute through DeepSpeed's torch_autocast: TorchStrategy's numerics
+    dict(name="z2_autocast", stage=2, bf16=True, bf16_weights=False, micro=2, rows=8),
+    dict(name="z3_autocast", stage=3, bf16=True, bf16_weights=False, micro=2, rows=8),
+]
+
+
+# ---------------------------------------------------------------------------------------------- rank processes
+def _rank_main(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
+    from deepspeed.utils import safe_get_full_grad
+
+    from rlvr.backends.deepspeed_strategy import DeepSpeedStrategy
+
+    loss_fn = make_loss_fn()
+    for job in JOBS:
+        t0 = time.time()
+        s = DeepSpeedStrategy(model_dir, train_cfg(job["micro"], job["bf16"], job.get("mini")), total_steps=10,
+                              seed=0, rank=rank, world_size=world_size, master_addr="127.0.0.1", master_port=port,
+                              zero_stage=job["stage"], bf16_weights=job.get("bf16_weights", True))
+        grads: dict[str, torch.Tensor] = {}
+        engine_step = s.engine.step
+
+        def step_capturing_grads(*args, _s=s, _grads=grads, _step=engine_step, **kwargs):  # keeps the last step's
+            for name, p in _s.module.named_parameters():  # collective: every rank, same order
+                _grads[name] = safe_get_full_grad(p).detach().float().cpu().clone()
+            return _step(*args, **kwargs)
+
+        batch = make_batch(job["rows"])
+        before = s.named_parameters_for_sync(torch.float32)
+        logprobs = s.forward_logprobs(batch)
+        logprobs_fp32 = s.forward_logprobs(batch, autocast=False)
+        s.engine.step = step_capturing_grads
+        metrics = s.train_step(batch, loss_fn)
+        s.engine.step = engine_step
+        after = s.named_parameters_for_sync(torch.float32)
+        result = dict(before=before, after=after, grads=grads, metrics=metrics, logprobs=logprobs,
+                      logprobs_fp32=logprobs_fp32)
+        if job.get("roundtrip"):
+            ckpt = Path(out_dir) / f"ckpt_{job['name']}"
+            s.save(str(ckpt))
+            result["second_step"] = s.train_step(batch, loss_fn)
+            result["after_second"] = s.named_parameters_for_sync(torch.float32)
+            s.load(str(ckpt))
+            result["after_load"] = s.named_parameters_for_sync(torch.float32)
+            result["second_step_again"] = s.train_step(batch, loss_fn)
+            result["after_second_again"] = s.named_parameters_for_sync(torch.float32)
+            result["exported"] = str(ckpt / "model")
+        result["seconds"] = time.time() - t0
+        torch.save(result, Path(out_dir) / f"{job['name']}_rank{rank}.pt")
+        del s
+    for stage in (2, 3):  # frozen (reference-style): no optimizer; ZeRO-3 still shards the parameters
+        s = DeepSpeedStrategy(model_dir, train_cfg(2, True), total_steps=10, seed=0, rank=rank, world_size=world_size,
+                              master_addr="127.0.0.1", master_port=port, zero_stage=stage, trainable=False)
+        torch.save({"logprobs": s.forward_logprobs(make_batch(8)),
+                    "weights": s.named_parameters_for_sync(torch.bfloat16)},
+                   Path(out_dir) / f"frozen_z{stage}_rank{rank}.pt")
+        del s
+
+
+def run_ranks(world_size: int, model_dir: str, out_dir: Path, timeout_s: float = 900) -> dict[str, dict]:
+    import torch.multiprocessing as mp
+
+    from rlvr.backends.dist import free_port
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = {"DS_ACCELERATOR": "cpu"} if not torch.cuda.is_available() else {}
+    os.environ.update(env)  # inherited by the spawned processes
+    ctx = mp.start_processes(_rank_main, args=(world_size, free_port(), model_dir, str(out_dir)),
+                             nprocs=world_size, start_method="spawn", join=False)
+    deadline = time.time() + timeout_s
+    while not ctx.join(timeout=5):
+        if time.time() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"world_size {world_size}: ranks did not finish in {timeout_s}s")
+    names = [job["name"] for job in JOBS] + ["frozen_z2", "frozen_z3"]
+    return {name: {r: torch.load(out_dir / f"{name}_rank{r}.pt", weights_only=False) for r in range(world_size)}
+            for name in names}
+
+
+def torch_reference(model_dir: str, job: dict) -> dict:
+    """TorchStrategy in fp32, one micro-batch per mini-batch: the single-process full-batch update."""
+    from rlvr.backends.torch_strategy import TorchStrategy
+
+    s = TorchStrategy(model_dir, train_cfg(job["rows"], bf16=False, mini=job.get("mini")), total_steps=10, seed=0)
+    batch = make_batch(job["rows"])
+    before = {k: p.detach().clone() for k, p in s.model.named_parameters()}
+    logprobs = s.forward_logprobs(batch)
+    grads: dict[str, torch.Tensor] = {}
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def clip_capturing_grads(params, *args, **kwargs):  # the gradients before clipping, of the last step
+        grads.update({k: p.grad.detach().clone() for k, p in s.model.named_parameters()})
+        return clip(params, *args, **kwargs)
+
+    torch.nn.utils.clip_grad_norm_ = clip_capturing_grads
+    try:
+        metrics = s.train_step(batch, make_loss_fn())
+    finally:
+        torch.nn.utils.clip_grad_norm_ = clip
+    after = {k: p.detach().clone() for k, p in s.model.named_parameters()}
+    return dict(before=before, after=after, grads=grads, metrics=metrics, logprobs=logprobs)
+
+
+# ---------------------------------------------------------------------------------------------- comparisons
+def _flat(d: dict[str, torch.Tensor], keys) -> torch.Tensor:
+    return torch.cat([d[k].float().flatten() for k in keys])
+
+
+def rel(a: dict, b: dict) -> float:
+    keys = sorted(b)
+    x, y = _flat(a, keys), _flat(b, keys)
+    return float((x - y).norm() / y.norm())
+
+
+def update(r: dict) -> dict:
+    return {k: r["after"][k] - r["before"][k] for k in r["after"]}
+
+
+def max_abs(a: dict, b: dict) -> float:
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in b)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ds")
+    model_dir = make_small_vocab_llama(root / "tiny")
+    t0 = time.time()
+    w1 = run_ranks(1, model_dir, root / "w1")
+    t1 = time.time()
+    w2 = run_ranks(2, model_dir, root / "w2")
+    t2 = time.time()
+    ref = {job["name"]: torch_reference(model_dir, job) for job in JOBS}
+    print(f"\nworld_size 1: {t1 - t0:.1f}s, world_size 2: {t2 - t1:.1f}s")
+    print(f"{'job':16} {'grad W1~W2':>11} {'grad W2~torch':>13} {'upd W1~W2':>10} {'upd W2~torch':>12} "
+          f"{'|upd| max':>9} {'param W1~W2':>11} {'gnorm W1/W2/torch':>26}")
+    for job in JOBS:
+        a, b, t = w1[job["name"]][0], w2[job["name"]][0], ref[job["name"]]
+        print(f"{job['name']:16} {rel(a['grads'], b['grads']):11.2e} {rel(b['grads'], t['grads']):13.2e} "
+              f"{rel(update(a), update(b)):10.2e} {rel(update(b), update(t)):12.2e} "
+              f"{max(float(u.abs().max()) for u in update(b).values()):9.2e} {max_abs(a['after'], b['after']):11.2e} "
+              f"{a['metrics']['grad_norm']:8.5f}/{b['metrics']['grad_norm']:8.5f}/{t['metrics']['grad_norm']:8.5f}")
+    return w1, w2, ref, model_dir
+
+
+TOL = {  # grad rel (W1~W2), grad rel (vs torch fp32), update rel (W1~W2), update rel (vs torch), grad_norm rel
+    False: dict(grad=1e-5, grad_torch=1e-5, upd=1e-3, upd_torch=1e-3, gnorm=1e-5),
+    True: dict(grad=2e-2, grad_torch=3e-2, upd=0.1, upd_torch=0.25, gnorm=5e-3),
+}
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[j["name"] for j in JOBS])
+def test_world_size_1x4_and_2x2_give_the_same_step(results, job):
+    w1, w2, ref, _ = results
+    a, b, t = w1[job["name"]][0], w2[job["name"]][0], ref[job["name"]]
+    tol = TOL[job["bf16"]]
+    assert rel(a["grads"], b["grads"]) < tol["grad"]
+    assert rel(b["grads"], t["grads"]) < tol["grad_torch"]
+    assert rel(a["grads"], t["grads"]) < tol["grad_torch"]
+    assert rel(update(a), update(b)) < tol["upd"]
+    assert rel(update(b), update(t)) < tol["upd_torch"]
+    # the first call runs at lr/2 (warmup): Adam moves each entry by at most ~lr/2 per step (+ weight decay)
+    n_updates = -(-job["rows"] // (job.get("mini") or job["rows"]))
+    assert 0.4 * LR < max(float(u.abs().max()) for u in update(b).values()) < n_updates * 0.6 * LR
+    for m in (a["metrics"], b["metrics"]):
+        assert m["grad_norm"] == pytest.approx(t["metrics"]["grad_norm"], rel=tol["gnorm"])
+        assert m["loss"] == pytest.approx(t["metrics"]["loss"], rel=tol["gnorm"], abs=1e-6)
+        assert m["updates"] == n_updates and m["lr"] == pytest.approx(LR / 2)  # the rate this call used: warmup 1/2
+    # logprobs at real target positions (padding columns hold whatever each micro-batch's width left there)
+    real = make_batch(job["rows"])["attention_mask"][:, 1:].bool()
+    lp_tol = 1e-5 if not job["bf16"] else 5e-2
+    assert float((a["logprobs"] - t["logprobs"])[real].abs().max()) < lp_tol
+    assert float((b["logprobs"] - t["logprobs"])[real].abs().max()) < lp_tol
+    if not job["bf16"] or job.get("bf16_weights") is False:  # fp32 weights: autocast=False is an fp32 forward
+        assert float((b["logprobs_fp32"] - t["logprobs"])[real].abs().max()) < 1e-5
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[j["name"] for j in JOBS])
+def test_every_rank_reports_the_same_metrics_and_rank0_the_weights(results, job):
+    _, w2, _, _ = results
+    r0, r1 = w2[job["name"]][0], w2[job["name"]][1]
+    assert r0["metrics"] == r1["metrics"]
+    assert torch.equal(r0["logprobs"], r1["logprobs"])
+    assert r1["after"] == {} and len(r0["after"]) > 0  # named_parameters_for_sync: full tensors on rank 0 only
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j.get("roundtrip")], ids=lambda j: j["name"])
+def test_save_step_load_restores_the_saved_state(results, job):
+    from transformers import AutoModelForCausalLM
+
+    _, w2, _, _ = results
+    r = w2[job["name"]][0]
+    moved = max_abs(r["after_second"], r["after"])
+    assert moved > 0.5 * LR  # the step between save and load changed the parameters
+    assert max_abs(r["after_load"], r["after"]) == 0.0  # load brought the saved fp32 masters back exactly
+    # optimizer moments, LR schedule (warmup: this step runs at lr, not lr/2) and RNG came back too: the same
+    # step from the same state gives the same parameters
+    assert max_abs(r["after_second_again"], r["after_second"]) < 1e-7
+    assert r["second_step_again"]["lr"] == r["second_step"]["lr"]
+    # the plain HF export in the checkpoint holds the saved weights
+    exported = AutoModelForCausalLM.from_pretrained(r["exported"], dtype=torch.float32)
+    named = {k: v.detach() for k, v in exported.named_parameters()}
+    assert max_abs({k: named[k] for k in r["after"]}, r["after"]) == 0.0
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_frozen_strategy_computes_the_same_logprobs(results, stage):
+    """trainable=False (the reference worker's use): the same bf16 forward as the trainable strategy before its
+    step, every rank the same result, and the full weights on rank 0."""
+    from transformers import AutoModelForCausalLM
+
+    w1, w2, _, model_dir = results
+    real = make_batch(8)["attention_mask"][:, 1:].bool()
+    for runs in (w1, w2):  # same world size, same micro-batches (bf16 results depend on the padded widths)
+        frozen, trained_before = runs[f"frozen_z{stage}"][0]["logprobs"], runs["z2_bf16"][0]["logprobs"]
+        assert float((frozen - trained_before)[real].abs().max()) < 1e-6
+    assert torch.equal(w2[f"frozen_z{stage}"][0]["logprobs"], w2[f"frozen_z{stage}"][1]["logprobs"])
+    assert w2[f"frozen_z{stage}"][1]["weights"] == {}
+    initial = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    weights = w2[f"frozen_z{stage}"][0]["weights"]
+    assert all(torch.equal(weights[k], p.detach().bfloat16()) for k, p in initial.named_parameters())
