@@ -99,8 +99,9 @@ def start_judge_server(
     """Starts an OpenAI-compatible server for `model_path` (a local HF directory) and waits until `/health` says
     it serves. The model is served under the name `served_model_name` ("judge", the worker's default).
 
-    With `prefer_vllm` and vLLM installed: `python -m vllm.entrypoints.openai.api_server` (plus `vllm_args`,
-    e.g. ["--gpu-memory-utilization", "0.2"] to share a GPU with the policy); if that fails to start and
+    With `prefer_vllm` and vLLM installed: `python -m vllm.entrypoints.openai.api_server` with the defaults of
+    `_vllm_defaults()` (CPU: float32, eager, 1 GiB KV cache; GPU: 20% of the device) overridden by `vllm_args`,
+    and `--threads N` of `server_args` as its OpenMP threads; if that fails to start and
     `fallback_to_transformers`, a warning is logged and the transformers server (rlvr.judge_server, plus
     `server_args`) is started instead. port 0 picks a free port. Raises JudgeServerError, with the tail of the
     server's stderr, if the server exits during start-up or is not healthy within `startup_timeout_s`.
@@ -112,9 +113,16 @@ def start_judge_server(
         # process binding it in between shows up as a start-up failure).
         vllm_port = port or _free_port(host)
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
-               "--host", host, "--port", str(vllm_port), "--served-model-name", served_model_name, *vllm_args]
+               "--host", host, "--port", str(vllm_port), "--served-model-name", served_model_name,
+               *_vllm_defaults(), *vllm_args]  # later flags win: vllm_args override the defaults
+        vllm_env = dict(os.environ if env is None else env)
+        vllm_env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # no core pinning on a box shared with training
+        threads = _flag_value(server_args, "--threads")
+        if threads:  # the transformers server's --threads: OpenMP threads of vLLM's CPU worker
+            vllm_env["OMP_NUM_THREADS"] = threads
         try:
-            return _launch(cmd, "vllm", f"http://{_url_host(host)}:{vllm_port}/v1", startup_timeout_s, log_dir, env)
+            return _launch(cmd, "vllm", f"http://{_url_host(host)}:{vllm_port}/v1", startup_timeout_s, log_dir,
+                           vllm_env)
         except JudgeServerError as e:
             if not fallback_to_transformers:
                 raise
@@ -122,6 +130,29 @@ def start_judge_server(
     cmd = [sys.executable, "-m", "rlvr.judge_server", "--model", model_path, "--host", host, "--port", str(port),
            "--served-model-name", served_model_name, "--exit-with-parent", *server_args]
     return _launch(cmd, "transformers", None, startup_timeout_s, log_dir, env)
+
+
+def _vllm_defaults() -> list[str]:
+    """vLLM server flags that make it answer like the transformers server: on CPU float32 (vLLM's "auto" would take
+    the checkpoint's bfloat16, which turns SmolLM2-135M's greedy answers into nonsense), eager mode (inductor
+    compilation costs minutes of start-up), an explicit 1 GiB KV cache and a 4096-token context (SmolLM2-135M
+    float32: ~46 KB of KV per token). On GPU vLLM's own defaults, with a modest share of the device."""
+    import torch
+
+    if torch.cuda.is_available():
+        return ["--gpu-memory-utilization", "0.2"]
+    return ["--dtype", "float32", "--enforce-eager", "--max-model-len", "4096",
+            "--kv-cache-memory-bytes", str(1 << 30)]
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    args = list(args)
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _launch(cmd: list[str], backend: str, url: str | None, timeout_s: float,

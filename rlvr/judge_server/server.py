@@ -6,12 +6,22 @@ prints `http://127.0.0.1:<port>/v1` (the base URL for OpenAI clients) as the fir
 it listens; `GET /health` answers 503 while the model loads and 200 once it serves. Logs go to stderr.
 
 Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions` (non-streaming: messages, model,
-max_tokens / max_completion_tokens, temperature, top_p, n, stop), and `GET /stats` (batching counters).
+max_tokens / max_completion_tokens, temperature, top_p, n, stop, logprobs, top_logprobs), and `GET /stats`
+(batching counters).
+
+Logprobs: `logprobs: true` (with `top_logprobs` 0..20) adds `choices[i].logprobs.content` in the OpenAI format,
+one entry per generated token: `{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}`.
+They are the log-softmax of the model's raw logits (before temperature and top_p, as vLLM reports them by
+default); `token` is the token's decoded text (" Yes"). A row that ends at EOS gets an entry for the EOS token
+too (its top_logprobs show what the model weighed against stopping); text cut by a `stop` string keeps the
+entries of the tokens behind the cut. The full-vocabulary logits are held per generated token only for rows
+that ask for logprobs (such requests form generate calls of their own), so keep their max_tokens small.
 
 Batching: requests wait in a queue; the generation loop takes whatever arrived (up to --max-batch-size rows,
 waiting at most --batch-wait-ms after the first) and runs one `generate` call for them: left-padded, each row
 stopping at EOS or its own max_tokens. While a batch generates, new requests queue up and form the next one.
-Requests with different sampling settings (greedy vs. temperature/top_p) go in separate generate calls.
+Requests with different sampling settings (greedy vs. temperature/top_p), or with and without logprobs, go
+in separate generate calls.
 
 It listens on loopback by default and has no authentication: it is meant for one pipeline on one host.
 """
@@ -58,6 +68,8 @@ class _Job:
     stop: list[str]
     n: int
     future: asyncio.Future
+    logprobs: bool = False
+    top_logprobs: int = 0
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
@@ -71,6 +83,7 @@ class Completion:
     text: str
     finish_reason: str  # "stop" | "length"
     completion_tokens: int
+    logprobs: list[dict[str, Any]] | None = None  # OpenAI `logprobs.content` when the request asked for it
 
 
 class BatchingGenerator:
@@ -180,12 +193,12 @@ class BatchingGenerator:
                 batch.append(job)
                 rows += job.n
             batch = [job for job in batch if not job.future.done()]  # callers that went away
-            groups: dict[tuple[bool, float, float], list[_Job]] = {}
+            groups: dict[tuple[tuple[bool, float, float], bool], list[_Job]] = {}
             for job in batch:
-                groups.setdefault(job.sampling, []).append(job)
-            for sampling, jobs in groups.items():
+                groups.setdefault((job.sampling, job.logprobs), []).append(job)
+            for (sampling, logprobs), jobs in groups.items():
                 try:
-                    results = await loop.run_in_executor(self._executor, self._generate, jobs, sampling)
+                    results = await loop.run_in_executor(self._executor, self._generate, jobs, sampling, logprobs)
                 except Exception as e:  # one failed batch fails its requests, not the server
                     logger.exception("generate failed for a batch of %d", len(jobs))
                     for job in jobs:
@@ -196,8 +209,10 @@ class BatchingGenerator:
                     if not job.future.done():
                         job.future.set_result(completions)
 
-    def _generate(self, jobs: list[_Job], sampling: tuple[bool, float, float]) -> list[list[Completion]]:
-        """One generate call for `jobs` (same sampling settings); runs in the generation thread."""
+    def _generate(self, jobs: list[_Job], sampling: tuple[bool, float, float],
+                  logprobs: bool = False) -> list[list[Completion]]:
+        """One generate call for `jobs` (same sampling settings; with `logprobs`, all of them asked for logprobs
+        and the raw logits of every step are kept); runs in the generation thread."""
         import torch
         from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
@@ -222,6 +237,7 @@ class BatchingGenerator:
         config = GenerationConfig(
             max_new_tokens=int(limits.max()), do_sample=do_sample, eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id, **({"temperature": temperature, "top_p": top_p} if do_sample else {}),
+            **({"output_logits": True, "return_dict_in_generate": True} if logprobs else {}),
         )
         started = time.perf_counter()
         with torch.inference_mode():
@@ -229,6 +245,20 @@ class BatchingGenerator:
                 input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                 generation_config=config, stopping_criteria=StoppingCriteriaList([RowLimits()]),
             )
+            steps: list[Any] = []
+            if logprobs:
+                # Per step: log-softmax of the raw logits, reduced at once to what the rows need (the chosen
+                # token's logprob and the top k), so that the full-vocabulary tensors can go.
+                k = max(job.top_logprobs for job, _ in rows)
+                sequences = out.sequences
+                for step, logits in enumerate(out.logits):
+                    logp = torch.log_softmax(logits.float(), dim=-1)
+                    chosen = sequences[:, width + step].to(logp.device)
+                    chosen_lp = logp.gather(1, chosen[:, None])[:, 0].tolist()
+                    top = logp.topk(k, dim=-1) if k else None
+                    steps.append((chosen_lp, top.values.tolist() if top else None,
+                                  top.indices.tolist() if top else None))
+                out = sequences
         elapsed = time.perf_counter() - started
         new_tokens = out[:, width:].tolist()
         results: dict[int, list[Completion]] = {}
@@ -238,15 +268,17 @@ class BatchingGenerator:
             tokens = new_tokens[i][: job.max_tokens]
             end = next((k for k, t in enumerate(tokens) if t in eos), None)
             finish = "stop" if end is not None else "length"
+            scored = tokens[: end + 1] if end is not None else tokens  # the EOS step has logprobs too
             tokens = tokens[:end] if end is not None else tokens
             with self._tokenizer_lock:
                 text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+                entries = self._logprob_entries(i, scored, steps, job.top_logprobs) if job.logprobs else None
             for s in job.stop:
                 cut = text.find(s) if s else -1
                 if cut >= 0:
                     text, finish = text[:cut], "stop"
             total += len(tokens)
-            results.setdefault(id(job), []).append(Completion(text, finish, len(tokens)))
+            results.setdefault(id(job), []).append(Completion(text, finish, len(tokens), entries))
         self.stats["batches"] += 1
         self.stats["rows"] += len(rows)
         self.stats["batch_sizes"][len(rows)] += 1
@@ -254,6 +286,22 @@ class BatchingGenerator:
         self.stats["generate_s"] += elapsed
         logger.debug("batch of %d rows: %d new tokens in %.2fs", len(rows), total, elapsed)
         return [results[id(job)] for job in jobs]
+
+    def _logprob_entries(self, row: int, tokens: list[int], steps: list[Any], k: int) -> list[dict[str, Any]]:
+        """OpenAI `logprobs.content` for one row (call with the tokenizer lock held)."""
+        entries = []
+        for step, token in enumerate(tokens):
+            chosen_lp, top_values, top_indices = steps[step]
+            top = []
+            if k:
+                top = [self._token_entry(t, lp) for t, lp in zip(top_indices[row][:k], top_values[row][:k])]
+            entries.append({**self._token_entry(token, chosen_lp[row]), "top_logprobs": top})
+        return entries
+
+    def _token_entry(self, token_id: int, logprob: float) -> dict[str, Any]:
+        text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        # -inf (a token the model rules out entirely) is not valid JSON: OpenAI clients get a very large negative.
+        return {"token": text, "logprob": max(float(logprob), -9999.0), "bytes": list(text.encode("utf-8"))}
 
     def shutdown(self) -> None:
         self._stopping.set()
@@ -311,6 +359,17 @@ def parse_chat_request(body: Any, generator: BatchingGenerator, served_names: se
     stop = [stop] if isinstance(stop, str) else stop
     if not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
         raise RequestError("stop must be a string or a list of strings")
+    logprobs = body.get("logprobs")
+    if logprobs is None:
+        logprobs = False
+    if not isinstance(logprobs, bool):
+        raise RequestError(f"logprobs must be true or false, got {logprobs!r}")
+    top_logprobs = body.get("top_logprobs")
+    if top_logprobs is not None:
+        if isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or not 0 <= top_logprobs <= 20:
+            raise RequestError(f"top_logprobs must be an integer in [0, 20], got {top_logprobs!r}")
+        if top_logprobs and not logprobs:
+            raise RequestError("top_logprobs needs logprobs=true")
     prompt_ids = generator.render(clean)
     room = generator.context_length - len(prompt_ids)
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -325,7 +384,7 @@ def parse_chat_request(body: Any, generator: BatchingGenerator, served_names: se
             f"completion). Please reduce the length of the messages or completion."
         )
     return {"prompt_ids": prompt_ids, "max_tokens": max_tokens, "temperature": temperature, "top_p": top_p,
-            "stop": stop, "n": n}
+            "stop": stop, "n": n, "logprobs": logprobs, "top_logprobs": top_logprobs or 0}
 
 
 def build_app(generator: BatchingGenerator, served_model_name: str) -> web.Application:
@@ -374,7 +433,8 @@ def build_app(generator: BatchingGenerator, served_model_name: str) -> web.Appli
             "created": int(time.time()),
             "model": served_model_name,
             "choices": [
-                {"index": i, "message": {"role": "assistant", "content": c.text}, "logprobs": None,
+                {"index": i, "message": {"role": "assistant", "content": c.text},
+                 "logprobs": None if c.logprobs is None else {"content": c.logprobs},
                  "finish_reason": c.finish_reason}
                 for i, c in enumerate(completions)
             ],

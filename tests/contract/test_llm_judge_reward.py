@@ -107,6 +107,12 @@ class FakeOpenAIServerForTest:
             if kind == "reply":
                 content = action[1]
                 choices = [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]
+            elif kind == "logprobs":  # ("logprobs", content, [(chosen token, logprob, [(token, logprob), ...]), ...])
+                entries = [{"token": t, "logprob": lp, "bytes": list(t.encode()),
+                            "top_logprobs": [{"token": tt, "logprob": tlp, "bytes": list(tt.encode())}
+                                             for tt, tlp in top]} for t, lp, top in action[2]]
+                choices = [{"index": 0, "message": {"role": "assistant", "content": action[1]},
+                            "logprobs": {"content": entries}, "finish_reason": "length"}]
             elif kind == "no_choices":
                 choices = []
             else:
@@ -422,3 +428,81 @@ def test_api_key_never_leaks(server, caplog):
     leaks = [text for text in seen if CANARY in text]
     assert not leaks, f"the API key leaked into: {leaks[0][:300]!r}"
     assert any("***" in text for text in seen)  # the echoed key was masked, not merely absent
+
+
+# -- yes_no_logprobs: the verdict from token probabilities -------------------------------------------------
+
+LN = __import__("math").log
+
+
+def first_token(chosen, p, *top):
+    """A `logprobs` action whose single token is `chosen` (probability p) with `top` as (token, p) pairs."""
+    return ("logprobs", chosen, [(chosen, LN(p), [(t, LN(q)) for t, q in top])])
+
+
+def test_logprobs_mode_request_and_verdicts(server):
+    worker = make_worker(server, parse_mode="yes_no_logprobs")
+    server.reset(script=[first_token("Yes", 0.5, ("Yes", 0.5), (" yes", 0.1), ("No", 0.3))],
+                 default=first_token("The", 0.5, ("The", 0.5), ("No", 0.2), ("yes", 0.05)))
+    yes = evaluate(worker, make_sample(index=0))
+    no = evaluate(worker, make_sample(response="41", index=1))
+    assert (yes.status, yes.reward, yes.correct) == ("ok", 1.0, True)
+    assert yes.parts["judge"] == 1.0 and yes.parts["p_yes"] == pytest.approx(0.6 / 0.9)
+    assert yes.parts["margin"] == pytest.approx(2 * 0.6 / 0.9 - 1)
+    assert "P(yes)=0.6" in yes.info and "P(no)=0.3" in yes.info
+    # "The" was the likeliest first token, but NO outweighs YES among the alternatives.
+    assert (no.status, no.reward, no.correct) == ("ok", 0.0, False) and no.parts["p_yes"] == pytest.approx(0.2)
+    body = server.requests[0]["body"]
+    assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["max_tokens"] == 1
+    assert body["temperature"] == 0.0
+    assert "YES or NO" in body["messages"][-1]["content"] and "What is 6*7?" in body["messages"][-1]["content"]
+
+
+def test_logprobs_mode_settings(server):
+    worker = make_worker(server, parse_mode="yes_no_logprobs", top_logprobs=5, max_tokens=3)
+    server.reset(default=first_token("No", 0.9, ("No", 0.9)))
+    assert evaluate(worker, make_sample()).reward == 0.0
+    body = server.requests[0]["body"]
+    assert body["top_logprobs"] == 5 and body["max_tokens"] == 3
+    with pytest.raises(ValueError, match="top_logprobs"):
+        make_worker(server, parse_mode="yes_no_logprobs", top_logprobs=21)
+
+
+def test_text_modes_ask_for_no_logprobs(server):
+    evaluate(make_worker(server), make_sample())
+    assert "logprobs" not in server.requests[0]["body"] and "top_logprobs" not in server.requests[0]["body"]
+
+
+def test_logprobs_mode_invalid_only_without_either_word(server):
+    server.reset(default=first_token("The", 0.6, ("The", 0.6), ("A", 0.1), ("Not", 0.1), ("Yesterday", 0.01)))
+    result = evaluate(make_worker(server, parse_mode="yes_no_logprobs"), make_sample())
+    assert result.status == "invalid" and "neither YES nor NO" in result.info
+    assert result.reward != result.reward  # NaN, never a silent 0
+
+
+def test_logprobs_mode_reads_an_empty_or_null_text_reply(server):
+    # The first token was the end of the turn: no text, but its alternatives were returned.
+    for content in ("", None):
+        server.reset(default=("logprobs", content, [("<|im_end|>", LN(0.5), [("<|im_end|>", LN(0.5)),
+                                                                             ("Yes", LN(0.3)), ("No", LN(0.1))])]))
+        result = evaluate(make_worker(server, parse_mode="yes_no_logprobs"), make_sample())
+        assert (result.status, result.reward, result.correct) == ("ok", 1.0, True)
+
+
+def test_logprobs_mode_falls_back_to_text_without_logprobs(server):
+    """A server that ignores `logprobs` still gives a verdict, read from its text."""
+    worker = make_worker(server, parse_mode="yes_no_logprobs")
+    server.reset(script=[("reply", "No.")], default=("reply", "I cannot tell."))
+    no = evaluate(worker, make_sample(index=0))
+    assert (no.status, no.reward, no.correct) == ("ok", 0.0, False) and "read as text" in no.info
+    assert "p_yes" not in no.parts
+    assert evaluate(worker, make_sample(response="other", index=1)).status == "invalid"
+
+
+def test_logprobs_replies_are_cached_with_their_probabilities(server):
+    worker = make_worker(server, parse_mode="yes_no_logprobs")
+    server.reset(default=first_token("Yes", 0.7, ("Yes", 0.7), ("No", 0.2)))
+    first = evaluate(worker, make_sample(index=0))
+    second = evaluate(worker, make_sample(index=1))
+    assert len(server.requests) == 1 and second.info.endswith("cached")
+    assert first.parts == second.parts and second.parts["p_yes"] == pytest.approx(0.7 / 0.9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 from rlvr.workers.rewards.base import RewardWorker
 from rlvr.workers.rewards.result import RewardResult
@@ -16,4 +17,18 @@ class FailingEveryOtherRewardForTest(RewardWorker):
             raise RuntimeError("injected reward failure")
         if sample.index == 2:
             await asyncio.sleep(3600)
+        return RewardResult(reward=float(len(sample.response_ids) % 2), correct=None)
+
+
+class LatencyRewardForTest(RewardWorker):
+    """A remote reward stand-in: each call waits a random latency in [0, max_latency_s), then scores by response
+    length parity (so groups have spread)."""
+
+    def __init__(self, *args, max_latency_s: float = 0.2, seed: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_latency_s = max_latency_s
+        self.rng = random.Random(seed)
+
+    async def score(self, sample) -> RewardResult:
+        await asyncio.sleep(self.rng.random() * self.max_latency_s)
         return RewardResult(reward=float(len(sample.response_ids) % 2), correct=None)

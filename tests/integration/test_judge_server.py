@@ -11,10 +11,8 @@ import urllib.request
 import openai
 import pytest
 
-from rlvr.data.types import Prompt, Sample
 from rlvr.judge_server import JudgeServerError, start_judge_server
-from rlvr.workers.rewards.base import RewardLimits
-from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
+from tests.helpers.judging import judge_capital_answers
 
 pytestmark = pytest.mark.slow
 
@@ -100,21 +98,8 @@ def test_bad_requests_are_4xx(judge):
 
 
 def test_judge_worker_against_the_real_server(judge):
-    worker = LLMJudgeRewardWorker("qa", RewardLimits(timeout_s=TIMEOUT_S, max_retries=0), base_url=judge.url,
-                                  max_tokens=8)
-    samples = [
-        Sample(prompt=Prompt(uid=f"p{i}", domain="qa", ground_truth="Paris",
-                             messages=[{"role": "user", "content": "What is the capital of France?"}]),
-               group_id="g", index=i, response_ids=[], response_text=text, finish_reason="stop", policy_version=0)
-        for i, text in enumerate(["The capital of France is Paris.", "It is Berlin."])
-    ]
-
-    async def go():
-        results = await asyncio.gather(*(worker.evaluate(s) for s in samples))
-        await worker.aclose()
-        return results
-
-    results = asyncio.run(go())
+    results, worker = judge_capital_answers(judge.url, ["The capital of France is Paris.", "It is Berlin."],
+                                            TIMEOUT_S)
     # The 135M model may well answer nonsense: that is "invalid", never a crash or an error.
     assert [r.status in ("ok", "invalid") for r in results] == [True, True], [r.info for r in results]
     for r in results:

@@ -160,3 +160,93 @@ def test_long_garbage_is_fast():
     for mode in ("yes_no", "score", "json"):
         parse_verdict(text, mode)
     assert time.perf_counter() - started < 2.0
+
+
+# -- yes_no_logprobs: the verdict from the first token's probabilities ------------------------------------
+
+from types import SimpleNamespace  # noqa: E402
+from math import log  # noqa: E402
+
+from rlvr.workers.rewards.judge_parsing import parse_logprob_verdict  # noqa: E402
+
+
+def position(chosen, *top):
+    """One `logprobs.content` entry: the chosen (token, p) and the top tokens as (token, p) pairs."""
+    def tok(token, p):
+        return {"token": token, "logprob": log(p)}
+    return {**tok(*chosen), "top_logprobs": [tok(*t) for t in top]}
+
+
+def logprob_verdict(content, **kwargs):
+    reward, correct, why, p_yes = parse_logprob_verdict(content, **kwargs)
+    assert isinstance(why, str) and why
+    return reward, correct, p_yes
+
+
+@pytest.mark.parametrize("content, expected, p_yes", [
+    # YES and NO masses add up over case and space variants; the larger one wins.
+    ([position(("Yes", 0.5), ("Yes", 0.5), (" yes", 0.1), ("No", 0.3), (" NO", 0.05))], YES, 0.6 / 0.95),
+    ([position(("No", 0.4), ("No", 0.4), ("YES", 0.35), ("no", 0.1))], NO, 0.35 / 0.85),
+    # The chosen token decides nothing by itself: "The" was chosen, but YES outweighs NO among the rest.
+    ([position(("The", 0.6), ("The", 0.6), ("yes", 0.2), ("no", 0.1))], YES, 2 / 3),
+    # Only one of the two among the top k: that one, with p_yes 1 or 0.
+    ([position(("Yes", 0.9), ("Yes", 0.9), ("The", 0.05))], YES, 1.0),
+    ([position(("It", 0.5), ("It", 0.5), (" No", 0.01))], NO, 0.0),
+    # Punctuation and markdown glued to the word still count; other words that start alike do not.
+    ([position(("Yes.", 0.3), ("Yes.", 0.3), ("**No", 0.2), ("Not", 0.4), ("Nope", 0.05))], YES, 0.6),
+    ([position(("yes", 0.2), ("Yesterday", 0.5), ("yes", 0.2), ("NO!", 0.25))], NO, 0.2 / 0.45),
+    # Without top_logprobs the chosen token still counts.
+    ([{"token": " No", "logprob": log(0.7)}], NO, 0.0),
+    # Leading filler ("**", whitespace) is skipped when a later token was returned.
+    ([position(("**", 0.6), ("**", 0.6), ("Yes", 0.1)), position(("No", 0.8), ("No", 0.8), ("Yes", 0.1))],
+     NO, 0.1 / 0.9),
+    # ...but decides when it is all there is.
+    ([position(("**", 0.6), ("**", 0.6), ("Yes", 0.1), ("no", 0.05))], YES, 0.1 / 0.15),
+    # A word token decides at once: what follows it is not read.
+    ([position(("Yes", 0.9), ("Yes", 0.9)), position(("No", 0.9), ("No", 0.9))], YES, 1.0),
+    # The EOS token (a reply with empty text) carries the alternatives it beat.
+    ([position(("<|im_end|>", 0.5), ("<|im_end|>", 0.5), ("No", 0.3), ("Yes", 0.1))], NO, 0.25),
+])
+def test_logprob_verdicts(content, expected, p_yes):
+    reward, correct, got = logprob_verdict(content)
+    assert (reward, correct) == expected and got == pytest.approx(p_yes)
+
+
+def test_logprob_verdict_reports_the_masses():
+    _, _, why, _ = parse_logprob_verdict([position(("Yes", 0.6), ("Yes", 0.6), ("No", 0.2))])
+    assert "YES" in why and "P(yes)=0.6" in why and "P(no)=0.2" in why
+
+
+def test_logprob_verdict_threshold():
+    content = [position(("Yes", 0.6), ("Yes", 0.6), ("No", 0.3))]  # p_yes 2/3
+    assert logprob_verdict(content, threshold=0.5)[:2] == YES
+    assert logprob_verdict(content, threshold=0.7)[:2] == NO
+
+
+def test_logprob_verdict_reads_openai_client_objects():
+    entry = SimpleNamespace(token="No", logprob=log(0.6), top_logprobs=[
+        SimpleNamespace(token="No", logprob=log(0.6)), SimpleNamespace(token="Yes", logprob=log(0.2))])
+    reward, correct, p_yes = logprob_verdict([entry])
+    assert (reward, correct) == NO and p_yes == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("content", [
+    None,
+    [],
+    "YES",  # text is not logprobs
+    [position(("The", 0.6), ("The", 0.6), ("A", 0.1), ("Yesterday", 0.01), ("Not", 0.01))],  # neither word
+    [position(("Correct", 0.9))],
+    [{"token": None, "logprob": 0.0}],
+    [{"token": "Yes", "logprob": "high"}],  # not a number: ignored, nothing left
+    [{"token": "Yes", "logprob": float("nan")}],
+    [{"token": "Yes", "logprob": float("-inf")}],  # probability 0
+    [position(("\n", 0.5)), position(("  ", 0.5))],  # only filler
+])
+def test_logprob_verdict_invalid(content):
+    assert logprob_verdict(content) == (None, None, None)
+
+
+def test_yes_no_logprobs_mode_reads_text_as_yes_no():
+    """A server that ignored `logprobs` sent text: the worker reads it as a yes_no reply."""
+    assert verdict("Yes.", "yes_no_logprobs") == YES
+    assert verdict("The response is correct.", "yes_no_logprobs") == INVALID

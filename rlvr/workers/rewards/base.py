@@ -42,6 +42,7 @@ class RewardLimits:
     timeout_s: float = 30.0  # deadline for one score() attempt
     max_retries: int = 2  # extra attempts after a `retry_on` error
     retry_backoff_s: float = 0.5  # sleep before retry k (k = 0, 1, ...) is retry_backoff_s * 2**k
+    val_max_concurrency: int | None = None  # slots of the validation lane; None: max_concurrency
 
 
 class TransientRewardError(Exception):
@@ -65,9 +66,10 @@ class RewardWorker:
             if self._score_is_async
             else ThreadPoolExecutor(self.limits.max_concurrency, thread_name_prefix=f"reward-{domain}")
         )
-        # asyncio primitives belong to one event loop; made on first use so construction needs no loop.
-        self._semaphore: asyncio.Semaphore | None = None
-        self._semaphore_loop: asyncio.AbstractEventLoop | None = None
+        # One semaphore per lane ("train", "val"): validation never queues behind training rewards nor takes
+        # their slots. asyncio primitives belong to one event loop; made on first use (no loop needed here).
+        self._lanes: dict[str, asyncio.Semaphore] = {}
+        self._lanes_loop: asyncio.AbstractEventLoop | None = None
         self._in_flight = 0
         self.reset_metrics()
 
@@ -76,11 +78,11 @@ class RewardWorker:
         into a status."""
         raise NotImplementedError(f"{type(self).__name__} must implement score()")
 
-    async def evaluate(self, sample: Any) -> RewardResult:
+    async def evaluate(self, sample: Any, lane: str = "train") -> RewardResult:
         """Scores `sample` under the limits. Never raises (only cancellation propagates) and never hangs: each
-        attempt gets `limits.timeout_s`. `latency_s` is the wall time from getting a concurrency slot to the
-        final result, retries and backoff included (time queued for a slot is not in it)."""
-        async with self._slot():
+        attempt gets `limits.timeout_s`. `latency_s` is the wall time from getting a concurrency slot of `lane`
+        to the final result, retries and backoff included (time queued for a slot is not in it)."""
+        async with self._slot(lane):
             self._in_flight += 1
             self._in_flight_peak = max(self._in_flight_peak, self._in_flight)
             start = time.perf_counter()
@@ -90,7 +92,10 @@ class RewardWorker:
                 self._in_flight -= 1
         # A copy: a subclass may return a shared constant result.
         result = dataclasses.replace(result, latency_s=time.perf_counter() - start)
-        self._latencies.append(result.latency_s)
+        if lane == "train":  # the latency metrics describe the training lane (they feed the reward floor)
+            self._latencies.append(result.latency_s)
+        else:
+            self._lane_calls[lane] += 1
         self._status_counts[result.status] += 1
         return result
 
@@ -102,7 +107,10 @@ class RewardWorker:
             "latency/p50": _percentile(latencies, 0.50),
             "latency/p95": _percentile(latencies, 0.95),
             "latency/max": latencies[-1] if latencies else 0.0,
+            "latency/mean": sum(latencies) / len(latencies) if latencies else 0.0,
+            "calls": float(len(latencies)),
         }
+        out.update({f"{lane}/calls": float(n) for lane, n in self._lane_calls.items()})
         out.update({f"status/{s}": float(self._status_counts[s]) for s in STATUSES})
         out["in_flight"] = float(self._in_flight)
         out["in_flight_peak"] = float(self._in_flight_peak)
@@ -111,6 +119,7 @@ class RewardWorker:
 
     def reset_metrics(self) -> None:
         self._latencies: list[float] = []
+        self._lane_calls: Counter[str] = Counter()
         self._status_counts: Counter[str] = Counter()
         self._retries = 0
         self._in_flight_peak = self._in_flight
@@ -120,12 +129,14 @@ class RewardWorker:
         if self._threads is not None:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
-    def _slot(self) -> asyncio.Semaphore:
+    def _slot(self, lane: str) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
-        if self._semaphore_loop is not loop:
-            self._semaphore = asyncio.Semaphore(self.limits.max_concurrency)
-            self._semaphore_loop = loop
-        return self._semaphore
+        if self._lanes_loop is not loop:
+            self._lanes, self._lanes_loop = {}, loop
+        if lane not in self._lanes:
+            slots = self.limits.val_max_concurrency if lane == "val" else None
+            self._lanes[lane] = asyncio.Semaphore(slots or self.limits.max_concurrency)
+        return self._lanes[lane]
 
     async def _attempts(self, sample: Any) -> RewardResult:
         attempt = 0

@@ -29,6 +29,15 @@ score
     ("4/5" with max_score 10 is skipped), and a value outside [0, max_score] is None, never clipped.
     reward = value / max_score.
 
+yes_no_logprobs
+    The verdict is read from token probabilities, not from text: `parse_logprob_verdict(content)` takes the
+    reply's `choices[0].logprobs.content` (OpenAI format; asked for with `logprobs: true, top_logprobs: k`)
+    and compares the probability mass of YES-like first tokens ("Yes", " yes", "YES", "yes.") with that of
+    NO-like ones among the top k (plus the chosen token). Leading filler tokens (whitespace, `**`, quotes) are
+    skipped when a later token was returned. reward 1/0 for YES/NO; p_yes = P(yes) / (P(yes) + P(no)) is
+    reported beside it. None only when neither appears among the top k. Given text (a server that ignored
+    `logprobs`), parse_verdict reads it as yes_no.
+
 json
     The first JSON object in the text (bare, or inside a ```json fence) that has a key `score`, `verdict` or
     `correct` (keys case-insensitive). `score`: a number (or numeric string) in [0, max_score] -> reward
@@ -45,9 +54,11 @@ from typing import Any, Literal
 
 from rlvr.workers.rewards.math_answer import strip_thinking
 
-ParseMode = Literal["yes_no", "score", "json"]
-PARSE_MODES: tuple[str, ...] = ("yes_no", "score", "json")
+ParseMode = Literal["yes_no", "yes_no_logprobs", "score", "json"]
+PARSE_MODES: tuple[str, ...] = ("yes_no", "yes_no_logprobs", "score", "json")
 Verdict = tuple[float | None, bool | None, str]
+# (reward, correct, why, p_yes): p_yes = P(yes) / (P(yes) + P(no)) over the top-k tokens, None without a verdict.
+LogprobVerdict = tuple[float | None, bool | None, str, float | None]
 
 # A verdict word on its own: not part of a longer word (`\b` treats "eyes", "nobody", "yes_no" as one word).
 _WORD_START = r"(?<!\w)(?<!\w-)"  # not glued to a word before it: "eyes", "know", "well-no"
@@ -94,11 +105,65 @@ def parse_verdict(text: str, mode: ParseMode = "yes_no", max_score: float = 10) 
     body = strip_thinking(text).strip()
     if not body:
         return None, None, "empty reply" if not text.strip() else "nothing after the <think> block"
-    if mode == "yes_no":
+    if mode in ("yes_no", "yes_no_logprobs"):  # the latter: a reply that came without logprobs
         return _parse_yes_no(body)
     if mode == "score":
         return _parse_score(body, max_score)
     return _parse_json(body, max_score)
+
+
+# One token that is a whole YES / NO word, with the whitespace, quotes, markdown and punctuation tokenizers glue
+# to it: " Yes", "YES", "no.", "**No". Prefixes of other words ("Not", "Nope", "Yesterday") do not match.
+_VERDICT_TOKEN = re.compile(r"[\s\"'`*_(\[]*(yes|no)[\s.,!:;\"'`*_)\]]*", re.IGNORECASE)
+# A token that holds no word at all (whitespace, markdown, quotes, punctuation): a verdict may follow it.
+_FILLER_TOKEN = re.compile(r"[\W_]*")
+
+
+def parse_logprob_verdict(content: Any, threshold: float = 0.5) -> LogprobVerdict:
+    """The yes_no_logprobs verdict from an OpenAI `logprobs.content` list (dicts, or the openai client's objects:
+    each with `token`, `logprob` and `top_logprobs`). Never raises on any input.
+
+    The deciding position is the first generated token that is not filler, or the last one returned. There,
+    P(yes) and P(no) are the summed probabilities of the YES-like and NO-like tokens among its top_logprobs
+    and the chosen token itself; the verdict is YES when p_yes = P(yes) / (P(yes) + P(no)) >= threshold.
+    """
+    if not isinstance(content, (list, tuple)) or not content:
+        return None, None, "no logprobs in the judge reply", None
+    for position, entry in enumerate(content):
+        chosen = _field(entry, "token")
+        if not isinstance(chosen, str):
+            return None, None, f"logprobs entry {position} has no token", None
+        if _FILLER_TOKEN.fullmatch(chosen) and position + 1 < len(content):
+            continue  # "**", " ", '"': the verdict comes after it
+        yes, no, seen = 0.0, 0.0, set()
+        top = _field(entry, "top_logprobs")
+        candidates = [entry, *(top if isinstance(top, (list, tuple)) else [])]
+        for candidate in candidates:
+            token, logprob = _field(candidate, "token"), _field(candidate, "logprob")
+            if not isinstance(token, str) or isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+                continue
+            if (token, float(logprob)) in seen:  # the chosen token is usually among the top k too
+                continue
+            seen.add((token, float(logprob)))
+            match = _VERDICT_TOKEN.fullmatch(token)
+            if match and math.isfinite(logprob):
+                p = math.exp(min(float(logprob), 0.0))
+                if match.group(1).lower() == "yes":
+                    yes += p
+                else:
+                    no += p
+        where = f"token {position + 1}, {len(seen)} candidates, chosen {chosen!r}"
+        if yes <= 0 and no <= 0:
+            return None, None, f"neither YES nor NO among the top logprobs ({where})", None
+        p_yes = yes / (yes + no)
+        is_yes = p_yes >= threshold
+        why = f"logprob verdict {'YES' if is_yes else 'NO'}: P(yes)={yes:.3g} P(no)={no:.3g} p_yes={p_yes:.3f} ({where})"
+        return (1.0 if is_yes else 0.0), is_yes, why, p_yes
+    return None, None, "only filler tokens in the logprobs", None  # not reached: the last entry decides
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
 def _verdict(word: str, why: str) -> Verdict:

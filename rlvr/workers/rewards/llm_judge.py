@@ -10,7 +10,7 @@
             base_url: http://judge.internal:8000/v1   # any OpenAI-compatible server (vLLM, SGLang, OpenAI)
             model: judge
             api_key_env: RLVR_JUDGE_API_KEY           # the key is read from this variable, never from config
-            parse_mode: yes_no                        # yes_no | score | json (see judge_parsing.py)
+            parse_mode: yes_no                        # yes_no | yes_no_logprobs | score | json (judge_parsing.py)
 
 Local mode (`base_url` left out): the pipeline starts the embedded judge server itself
 (`rlvr.judge_server.start_judge_server`: vLLM when installed, else a transformers server on loopback) and
@@ -23,6 +23,14 @@ text), `{response}` (the sample's response with `<think>` reasoning removed) and
 ground truth), and `{max_score}`. Other braces in a template are left alone, so a template may show a JSON
 example. A worker left with DEFAULT_TEMPLATE (the YES/NO question) in score or json mode gets SCORE_TEMPLATE or
 JSON_TEMPLATE instead, which ask for what that mode's parser reads.
+
+yes_no_logprobs reads the verdict from token probabilities instead of text, for judges too small to answer
+reliably in words (and as a cheaper, steadier verdict from any judge): the request asks for `max_tokens` 1 (the
+default in this mode), `logprobs: true` and `top_logprobs` (20), and the verdict is YES when the YES-like first
+tokens carry more probability than the NO-like ones (judge_parsing.parse_logprob_verdict). parts then also hold
+`p_yes` (P(yes) / (P(yes) + P(no))) and `margin` (2 p_yes - 1), and info the probabilities; status "invalid"
+only when neither word is among the top tokens. It works with vLLM's OpenAI server, the OpenAI API and the
+embedded transformers server; a reply that comes without logprobs is read as yes_no text.
 
 - Identical requests are sent once: replies are kept in an LRU cache keyed by the exact request (URL, model,
   messages, temperature, max_tokens), and identical requests in flight at the same time share one HTTP call.
@@ -44,12 +52,12 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import openai
 
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker, TransientRewardError
-from rlvr.workers.rewards.judge_parsing import PARSE_MODES, ParseMode, parse_verdict
+from rlvr.workers.rewards.judge_parsing import PARSE_MODES, ParseMode, parse_logprob_verdict, parse_verdict
 from rlvr.workers.rewards.math_answer import strip_thinking
 from rlvr.workers.rewards.result import RewardResult
 
@@ -83,6 +91,8 @@ Response:
 Rate the response's correctness from 0 (wrong) to {max_score} (fully correct). Reply in the form \
 "Score: N/{max_score}"."""
 
+LOGPROBS_TEMPLATE = DEFAULT_TEMPLATE  # placeholder, chosen by measurement
+
 JSON_TEMPLATE = """You are grading an answer to a question against a reference answer.
 
 Question:
@@ -99,7 +109,8 @@ and {"verdict": "no"} if it is not."""
 
 # DEFAULT_TEMPLATE asks for YES/NO; a worker in another parse mode that keeps the default gets the template
 # that asks for what its parser reads.
-MODE_TEMPLATES: dict[str, str] = {"yes_no": DEFAULT_TEMPLATE, "score": SCORE_TEMPLATE, "json": JSON_TEMPLATE}
+MODE_TEMPLATES: dict[str, str] = {"yes_no": DEFAULT_TEMPLATE, "yes_no_logprobs": LOGPROBS_TEMPLATE,
+                                  "score": SCORE_TEMPLATE, "json": JSON_TEMPLATE}
 
 _FIELD = re.compile(r"\{(question|response|reference|max_score)\}")
 _TRANSIENT_HTTP = frozenset({408, 425, 429})
@@ -142,7 +153,7 @@ async def _close_with_loop(client: Any):
 class LLMJudgeRewardWorker(RewardWorker):
     """reward = the judge's verdict (yes_no: 1/0; score: score / max_score; json: score or verdict).
 
-    parts: {"judge": reward}. correct: the judge's yes/no when it gave one, else reward >= correct_threshold.
+    parts: {"judge": reward}, plus p_yes and margin in yes_no_logprobs mode. correct: the judge's yes/no when it gave one, else reward >= correct_threshold.
     info: what the parser found ("verdict 'YES'", "labelled score 'Score: 7/10'"), plus ", cached" when the reply
     came from the cache. metrics() adds judge/requests (HTTP calls made), judge/cache_hits and
     judge/shared_calls (samples that joined an identical call in flight).
@@ -165,9 +176,10 @@ class LLMJudgeRewardWorker(RewardWorker):
         max_score: float = 10,
         correct_threshold: float = 0.5,
         temperature: float = 0.0,
-        max_tokens: int = 16,
+        max_tokens: int | None = None,
         request_timeout_s: float = 30.0,
         cache_size: int = 10000,
+        top_logprobs: int = 20,
     ) -> None:
         if parse_mode not in PARSE_MODES:
             raise ValueError(f"parse_mode must be one of {PARSE_MODES}, got {parse_mode!r}")
@@ -175,8 +187,12 @@ class LLMJudgeRewardWorker(RewardWorker):
             raise ValueError(f"max_score must be a positive number, got {max_score!r}")
         if "{response}" not in prompt_template:
             raise ValueError("prompt_template must contain {response} (and usually {question} and {reference})")
+        if max_tokens is None:
+            max_tokens = 1 if parse_mode == "yes_no_logprobs" else 16
         if max_tokens < 1 or request_timeout_s <= 0 or cache_size < 0:
             raise ValueError("max_tokens must be >= 1, request_timeout_s > 0 and cache_size >= 0")
+        if not (isinstance(top_logprobs, int) and 1 <= top_logprobs <= 20):
+            raise ValueError(f"top_logprobs must be an integer in [1, 20] (the OpenAI limit), got {top_logprobs!r}")
         super().__init__(domain, limits)
         self._base_url = base_url
         self.model = model
@@ -190,9 +206,10 @@ class LLMJudgeRewardWorker(RewardWorker):
         self.correct_threshold = correct_threshold
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.top_logprobs = top_logprobs
         self.request_timeout_s = request_timeout_s
         self.cache_size = cache_size
-        self._cache: OrderedDict[str, str] = OrderedDict()
+        self._cache: OrderedDict[str, _Reply] = OrderedDict()
         self._state: _LoopState | None = None
 
     # -- configuration ------------------------------------------------------------------------------------
@@ -243,6 +260,8 @@ class LLMJudgeRewardWorker(RewardWorker):
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
+        if self.parse_mode == "yes_no_logprobs":
+            request.update(logprobs=True, top_logprobs=self.top_logprobs)
         key = json.dumps([self._base_url, request], sort_keys=True, ensure_ascii=False)
         reply = self._cache_get(key)
         cached = reply is not None
@@ -251,13 +270,25 @@ class LLMJudgeRewardWorker(RewardWorker):
                 reply = await self._shared_call(key, request)
             except _InvalidReply as e:
                 return RewardResult.failed("invalid", self._redact(str(e)))
-        reward, correct, why = parse_verdict(reply, self.parse_mode, self.max_score)
+        parts: dict[str, float] = {}
+        if self.parse_mode == "yes_no_logprobs" and reply.logprobs is not None:
+            reward, correct, why, p_yes = parse_logprob_verdict(reply.logprobs)
+            if p_yes is not None:
+                parts = {"p_yes": p_yes, "margin": 2 * p_yes - 1}
+        elif reply.text is None:  # logprobs mode: neither logprobs nor text came back
+            return RewardResult.failed("invalid", "judge reply has neither logprobs nor message content")
+        else:
+            reward, correct, why = parse_verdict(reply.text, self.parse_mode, self.max_score)
+            if self.parse_mode == "yes_no_logprobs":
+                why = f"no logprobs in the reply, read as text: {why}"
         if reward is None:
-            return RewardResult.failed("invalid", self._redact(f"unparseable judge reply ({why}): {reply[:200]}"))
+            return RewardResult.failed(
+                "invalid", self._redact(f"unparseable judge reply ({why}): {(reply.text or '')[:200]}"))
         if correct is None:
             correct = reward >= self.correct_threshold
         info = f"{why}, cached" if cached else why
-        return RewardResult(reward=reward, correct=correct, parts={"judge": reward}, info=self._redact(info[:300]))
+        return RewardResult(reward=reward, correct=correct, parts={"judge": reward, **parts},
+                            info=self._redact(info[:300]))
 
     # -- metrics ------------------------------------------------------------------------------------------
 
@@ -287,14 +318,14 @@ class LLMJudgeRewardWorker(RewardWorker):
 
     # -- internals ----------------------------------------------------------------------------------------
 
-    def _cache_get(self, key: str) -> str | None:
+    def _cache_get(self, key: str) -> _Reply | None:
         reply = self._cache.get(key)
         if reply is not None:
             self._cache.move_to_end(key)
             self._cache_hits += 1
         return reply
 
-    def _cache_put(self, key: str, reply: str) -> None:
+    def _cache_put(self, key: str, reply: _Reply) -> None:
         if self.cache_size <= 0:
             return
         self._cache[key] = reply
@@ -302,7 +333,7 @@ class LLMJudgeRewardWorker(RewardWorker):
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
 
-    async def _shared_call(self, key: str, request: dict[str, Any]) -> str:
+    async def _shared_call(self, key: str, request: dict[str, Any]) -> _Reply:
         """One HTTP call per distinct request in flight: later identical callers wait on the first one's task.
         A caller that gives up (deadline, cancellation) leaves the call running for the others; the call is
         cancelled when the last caller has gone."""
@@ -334,7 +365,7 @@ class LLMJudgeRewardWorker(RewardWorker):
                 if state.in_flight.get(key) is entry:
                     del state.in_flight[key]
 
-    async def _call(self, key: str, request: dict[str, Any]) -> str:
+    async def _call(self, key: str, request: dict[str, Any]) -> _Reply:
         client = (await self._loop_state()).client
         self._requests += 1
         where = _USERINFO.sub(r"\1***@", self._base_url or "")
@@ -355,10 +386,11 @@ class LLMJudgeRewardWorker(RewardWorker):
                 self._redact(f"judge at {where} sent a bad reply body: {type(e).__name__}: {_short(str(e))}")
             ) from None
         try:
-            reply = _reply_text(completion)
+            reply = _Reply(_reply_text(completion),
+                           _reply_logprobs(completion) if request.get("logprobs") else None)
         except JudgeRequestError as e:
             raise JudgeRequestError(self._redact(str(e))) from None
-        if reply is None:
+        if reply.text is None and reply.logprobs is None:
             raise _InvalidReply(self._redact(f"judge reply has no message content: {_short(repr(completion))}"))
         self._cache_put(key, reply)
         return reply
@@ -420,6 +452,29 @@ def _text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
+
+
+class _Reply(NamedTuple):
+    """What a judge call brought back: the message text, and in yes_no_logprobs mode the first choice's
+    `logprobs.content` as plain dicts (None when the reply had none)."""
+
+    text: str | None
+    logprobs: list[dict[str, Any]] | None = None
+
+
+def _reply_logprobs(completion: Any) -> list[dict[str, Any]] | None:
+    """choices[0].logprobs.content as [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}], else None."""
+    choices = getattr(completion, "choices", None) or []
+    logprobs = getattr(choices[0], "logprobs", None) if choices else None
+    content = getattr(logprobs, "content", None)
+    if not isinstance(content, list) or not content:
+        return None
+
+    def token(entry: Any) -> dict[str, Any]:
+        return {"token": getattr(entry, "token", None), "logprob": getattr(entry, "logprob", None)}
+
+    return [{**token(e), "top_logprobs": [token(t) for t in (getattr(e, "top_logprobs", None) or [])]}
+            for e in content]
 
 
 def _reply_text(completion: Any) -> str | None:

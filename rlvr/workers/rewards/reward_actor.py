@@ -26,7 +26,8 @@ def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:
 def build_reward_worker(domain: str, cfg: RewardConfig) -> RewardWorker:
     cls = resolve_reward_class(domain, cfg)
     limits = RewardLimits(max_concurrency=cfg.max_concurrency, timeout_s=cfg.timeout_s,
-                          max_retries=cfg.max_retries, retry_backoff_s=cfg.retry_backoff_s)
+                          max_retries=cfg.max_retries, retry_backoff_s=cfg.retry_backoff_s,
+                          val_max_concurrency=cfg.val_max_concurrency)
     try:
         return cls(domain=domain, limits=limits, **cfg.args)
     except TypeError as err:
@@ -38,8 +39,9 @@ class RewardActor:
         self.domain = domain
         self.worker = build_reward_worker(domain, cfg)
 
-    async def score(self, sample: Sample) -> RewardResult:
-        return await self.worker.evaluate(sample)
+    async def score(self, sample: Sample, lane: str = "train") -> RewardResult:
+        """Requests from any number of steps are served at once, up to the lane's concurrency."""
+        return await self.worker.evaluate(sample, lane)
 
     async def metrics(self, reset: bool = True) -> dict[str, float]:
         out = self.worker.metrics()

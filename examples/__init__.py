@@ -1,0 +1,1 @@
+"""Examples that plug into rlvr; importable as `examples.*` when run from the repository root."""
