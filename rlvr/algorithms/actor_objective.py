@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algorithms.kl import kl_penalty
-from rlvr.algorithms.policy_loss import aggregate_loss, ppo_clip_loss
+from rlvr.algorithms.policy_loss import aggregate_loss, behaviour_weights, ppo_clip_loss
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class ObjectiveSettings:
     kl_estimator: str = "low_var_kl"
     entropy_coef: float = 0.0
     max_response_len: int | None = None  # for seq-mean-token-sum-norm
+    decoupled: bool = False  # decoupled PPO: old_logp is the proximal policy, behav_logp weights the tokens
+    behaviour_weight_cap: float = 2.0
 
 
 def actor_objective(
@@ -38,10 +40,16 @@ def actor_objective(
     so summing them over the micro-batches gives the mini-batch value."""
     mask = tensors["loss_mask"]
     # On-policy single update: the behaviour policy is the current one, so old_logp = logp (ratio 1, no
-    # extra forward pass). With several updates per batch the driver provides old_logp.
+    # extra forward pass). Otherwise the driver provides old_logp: recomputed before the first update, or the
+    # behaviour logprobs for data the trainer can no longer recompute (mini-batch pipeline, off-policy), or
+    # the proximal policy's for the decoupled loss.
     old_logp = tensors["old_logp"] if "old_logp" in tensors else logp.detach()
     pg, pg_stats = ppo_clip_loss(logp, old_logp, tensors["advantages"], mask, settings.clip_eps_low,
                                  settings.clip_eps_high, settings.dual_clip_c)
+    if settings.decoupled:
+        weights, w_stats = behaviour_weights(old_logp, tensors["behav_logp"], mask, settings.behaviour_weight_cap)
+        pg = pg * weights
+        pg_stats = {**pg_stats, **w_stats}
 
     def agg(per_token: torch.Tensor) -> torch.Tensor:
         return aggregate_loss(per_token, mask, settings.loss_agg_mode, n_tokens_global=n_tokens,

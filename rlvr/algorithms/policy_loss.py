@@ -9,7 +9,7 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ["ppo_clip_loss", "aggregate_loss", "entropy_from_logits", "LOSS_AGG_MODES"]
+__all__ = ["ppo_clip_loss", "behaviour_weights", "aggregate_loss", "entropy_from_logits", "LOSS_AGG_MODES"]
 
 LOSS_AGG_MODES: tuple[str, ...] = (
     "token-mean",
@@ -104,6 +104,35 @@ def ppo_clip_loss(
             "ratio_mean": _masked_mean(ratio.detach(), mask),
         }
     return loss, stats
+
+
+def behaviour_weights(
+    prox_logp: torch.Tensor,
+    behav_logp: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token importance weights of the decoupled PPO loss (AReaL, arXiv 2505.24298):
+
+        w = min( exp(prox_logp - behav_logp), cap )
+
+    The clipped surrogate is taken around the proximal policy (a recent policy whose logprobs the trainer
+    can compute, here its weights before this update), and `w` corrects for the data having been generated
+    by an older behaviour policy. Capping w bounds the variance a very stale token can add (AReaL masks
+    such tokens instead; a cap keeps their gradient, bounded). No gradient flows through w.
+
+    Returns:
+        weights [B, T] (0 where mask is 0), and stats over the masked tokens: behav_weight_mean, and
+        behav_weight_capped_frac (fraction of tokens whose weight hit the cap).
+    """
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    with torch.no_grad():
+        raw = torch.exp(torch.clamp(prox_logp - behav_logp, min=-20.0, max=20.0))
+        weights = torch.where(mask.to(torch.bool), torch.clamp(raw, max=cap), torch.zeros_like(raw))
+        stats = {"behav_weight_mean": _masked_mean(weights, mask),
+                 "behav_weight_capped_frac": _masked_mean((raw > cap).to(raw.dtype), mask)}
+    return weights, stats
 
 
 def _safe_div(num: torch.Tensor, den: Number) -> torch.Tensor:

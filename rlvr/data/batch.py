@@ -72,6 +72,13 @@ def build_train_batch(samples: list[Sample], seq_advantages: torch.Tensor, pad_i
         if in_loss(s, mask_truncated):
             loss_mask[b, p - 1 : p + r - 1] = 1.0  # target positions p .. p+r-1 are the response tokens
     advantages = seq_advantages.to(torch.float32)[:, None] * loss_mask
-    return TrainBatch(
-        {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask, "advantages": advantages}
-    )
+    tensors = {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
+               "advantages": advantages}
+    if samples and all(s.logprobs is not None for s in samples):
+        # The behaviour policy's logprob of each response token, aligned with the targets like loss_mask.
+        behav = torch.zeros((n, width - 1), dtype=torch.float32)
+        for b, s in enumerate(samples):
+            p = len(s.prompt.prompt_ids)
+            behav[b, p - 1 : p - 1 + len(s.logprobs)] = torch.tensor(s.logprobs, dtype=torch.float32)
+        tensors["behav_logp"] = behav
+    return TrainBatch(tensors)

@@ -52,7 +52,10 @@ def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmCon
     samples = [samples[i] for i in order]
     batch = build_train_batch(samples, torch.cat(advantages)[order], pad_id, mask_truncated)
     masked = sum(not in_loss(s, mask_truncated) for s in samples)
-    metrics.update({"batch/samples": float(len(samples)), "batch/masked_samples": float(masked),
+    sizes = {len(g.samples) for gs in groups_by_domain.values() for g in gs}
+    metrics.update({"batch/groups": float(sum(len(gs) for gs in groups_by_domain.values())),
+                    "batch/group_size/min": float(min(sizes)), "batch/group_size/max": float(max(sizes)),
+                    "batch/samples": float(len(samples)), "batch/masked_samples": float(masked),
                     "batch/masked_truncated": float(sum(s.scored_ok and not in_loss(s, mask_truncated)
                                                         for s in samples)),
                     "batch/response_tokens": float(batch["loss_mask"].sum())})

@@ -20,7 +20,9 @@ from rlvr.data.types import Group
 from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.batching import make_train_batch
-from rlvr.pipeline.build import build_clusters, load_domain_data, new_run_dir, start_ray
+from rlvr.pipeline.build import build_clusters, load_domain_data, new_run_dir, start_local_judge, start_ray
+from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
+from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.trackers import Trackers
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.schedulers.quotas import allocate_quotas
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 
 
 class PhaseTimer:
+    """Seconds per phase of one step; a phase entered several times (per mini-batch) adds up."""
+
     def __init__(self):
         self.times: dict[str, float] = {}
 
@@ -36,7 +40,10 @@ class PhaseTimer:
     def __call__(self, phase: str):
         start = time.perf_counter()
         yield
-        self.times[f"time/{phase}"] = time.perf_counter() - start
+        self.add(phase, time.perf_counter() - start)
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.times[f"time/{phase}"] = self.times.get(f"time/{phase}", 0.0) + seconds
 
 
 class RLVRPipeline:
@@ -50,13 +57,15 @@ class RLVRPipeline:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.data = load_domain_data(cfg, self.tokenizer)
         self.owns_ray = start_ray(cfg)
-        self.clusters = build_clusters(cfg, self.model_path)
+        self.judge_server, rewards_cfg = start_local_judge(cfg)
+        self.clusters = build_clusters(cfg, self.model_path, rewards_cfg)
         scheduler_cls = ray.remote(DynamicSamplingScheduler).options(num_cpus=0, max_concurrency=1000)
         self.schedulers = {
             d: scheduler_cls.remote(d, self.data[d].train, self.data[d].val, self.clusters.actor_infer.workers,
                                     self.clusters.rewards[d].workers, cfg)
             for d in cfg.domains}
         self.step, self.quota_credit, run_id = 0, {}, None
+        self.ahead: Rollout | None = None  # next step's rollout, started early (one-step off-policy)
         if resume_from:
             run_id = self._restore(resume_from)
         self.trackers = Trackers(cfg.trackers, self.run_dir, self.run_dir.name, cfg.model_dump(mode="json"), run_id)
@@ -64,7 +73,7 @@ class RLVRPipeline:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
-        cfg = self.cfg.run
+        cfg, overlap = self.cfg.run, self.cfg.overlap
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc="rlvr", disable=not cfg.progress_bar, unit="step")
         try:
             while self.step < cfg.max_steps:
@@ -74,18 +83,17 @@ class RLVRPipeline:
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     with timer("val"):
                         metrics.update(self.val())
-                with timer("rollout"):
-                    groups, rollout_metrics = self.rollout()
-                metrics.update(rollout_metrics)
-                if any(groups.values()):
-                    metrics.update(self.learn(groups, timer))
-                else:  # every domain fell short (filters, exhausted refill): log it and go on, never crash
-                    metrics["batch/skipped_step"] = 1.0
-                    log.warning("step %d: no group kept in any domain; training skipped", self.step)
+                rollout, self.ahead = self.ahead or self.start_rollout(self.step), None
+                if overlap.one_step_off_policy and self.step + 1 < cfg.max_steps:
+                    # Colocated, as in the recipe: the next step generates now, with the weights just synced,
+                    # and its rewards come in while this step trains.
+                    self.ahead = self.start_rollout(self.step + 1)
+                    timer.add("generate_ahead", self.ahead.wait_generated())
+                elif not overlap.mini_batch_pipeline:
+                    timer.add("generate", rollout.wait_generated())
+                metrics.update(self.learn(rollout, timer))
                 metrics.update(timer.times)
-                metrics["time/step"] = sum(timer.times.values())
-                metrics["system/response_tokens_per_s"] = metrics.get("batch/response_tokens", 0.0) / max(
-                    timer.times["time/rollout"], 1e-9)
+                metrics.update(overlap_metrics(metrics, self.cfg))
                 self.trackers.log(metrics, self.step)
                 self.step += 1
                 if cfg.save_every and self.step % cfg.save_every == 0:
@@ -100,21 +108,61 @@ class RLVRPipeline:
             bar.close()
         return self.run_dir
 
-    def learn(self, groups: dict[str, list[Group]], timer: PhaseTimer) -> dict[str, float]:
+    def start_rollout(self, step: int) -> Rollout:
+        credit_before = self.quota_credit
+        quotas, self.quota_credit = allocate_quotas(self.cfg.rollout.domain_interleave_probs,
+                                                    self.cfg.rollout.prompts_per_step, self.quota_credit)
+        rollout = Rollout(self.schedulers, quotas, step, version=step)
+        rollout.credit_before = credit_before  # a checkpoint taken while it is in flight saves this
+        return rollout
+
+    def learn(self, rollout: Rollout, timer: PhaseTimer) -> dict[str, float]:
+        """Trains on the rollout's groups: all at once, or (mini-batch pipeline) each mini-batch of whole groups
+        as soon as its rewards are in, with one LR-schedule step for the global step."""
+        pipelined = self.cfg.overlap.mini_batch_pipeline
+        per_batch = self.cfg.actor_train.mini_batch_size // self.cfg.rollout.group_size if pipelined else None
+        parts: list[dict[str, float]] = []
+        for groups in rollout.stream(per_batch):
+            parts.append(self.train_on(by_domain(groups), timer, step_lr=not pipelined))
+        if pipelined and parts:
+            self.clusters.actor_train.gather("lr_step")  # every rank has its own schedule
+        timer.add("reward_wait", rollout.wait_s)
+        metrics = {**rollout.metrics, **merge_parts(parts)}
+        if not parts:  # every domain fell short (filters, exhausted refill): log it and go on, never crash
+            metrics["batch/skipped_step"] = 1.0
+            log.warning("step %d: no group kept in any domain; training skipped", self.step)
+        return metrics
+
+    def train_on(self, groups: dict[str, list[Group]], timer: PhaseTimer, step_lr: bool) -> dict[str, float]:
         """Advantages, optional reference / old-policy logprobs, then the actor update."""
         with timer("advantages"):
-            batch, _, metrics = make_train_batch(groups, self.cfg.algorithm, self.tokenizer.pad_token_id or 0,
-                                                 seed=self.cfg.run.seed + self.step,
-                                                 mask_truncated=self.cfg.rollout.mask_truncated)
+            batch, samples, metrics = make_train_batch(groups, self.cfg.algorithm, self.tokenizer.pad_token_id or 0,
+                                                       seed=self.cfg.run.seed + self.step,
+                                                       mask_truncated=self.cfg.rollout.mask_truncated)
+        staleness = [self.step - s.policy_version for s in samples]
+        metrics.update({"batch/staleness/mean": sum(staleness) / len(staleness),
+                        "batch/staleness/max": float(max(staleness))})
         if self.clusters.reference is not None:
             with timer("reference"):
-                batch = batch.with_tensor("ref_logp", self.clusters.reference.first("compute_logprobs", batch))
-        if self.needs_old_logprobs:
-            with timer("old_logprobs"):
-                batch = batch.with_tensor("old_logp", self.clusters.actor_train.first("compute_logprobs", batch))
+                batch = batch.with_tensor("ref_logp", self.clusters.reference.collective("compute_logprobs", batch))
+        with timer("old_logprobs"):
+            batch = self.anchored(batch)
         with timer("train"):
-            metrics.update(self.train(batch))
+            metrics.update(self.clusters.actor_train.collective("train", batch, step_lr))
         return metrics
+
+    def anchored(self, batch: TrainBatch) -> TrainBatch:
+        """Sets old_logp, the policy the PPO ratio is taken against, when it is not simply the current one."""
+        algo = self.cfg.algorithm
+        if self.cfg.uses_behaviour_logprobs and batch.get("behav_logp") is None:
+            raise RuntimeError("the behaviour logprobs of the samples are missing: overlap.* and "
+                               "algorithm.decoupled_loss need an engine that returns them")
+        if algo.decoupled_loss or (self.needs_old_logprobs and not self.cfg.uses_behaviour_logprobs):
+            # the trainer's weights now: the proximal policy (decoupled), or the behaviour one (synchronous)
+            return batch.with_tensor("old_logp", self.clusters.actor_train.collective("compute_logprobs", batch))
+        if self.cfg.uses_behaviour_logprobs:
+            return batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
+        return batch
 
     @property
     def needs_old_logprobs(self) -> bool:
@@ -125,8 +173,8 @@ class RLVRPipeline:
     # ------------------------------------------------------------------ phases
     def model_update(self) -> dict[str, float]:
         """actor_train -> actor_infer weights (through the object store, no driver copy), then a parity check."""
-        weights = self.clusters.actor_train.workers[0].weights_for_sync.remote()
-        ray.get(self.clusters.actor_infer.call("load_weights", weights, self.step))
+        weights, *others = self.clusters.actor_train.call("weights_for_sync")  # every rank (ZeRO gathers); rank 0's
+        ray.get(self.clusters.actor_infer.call("load_weights", weights, self.step) + others)
         every = self.cfg.actor_train.weight_sync_check_every
         if not every or self.step % every:
             return {}
@@ -138,7 +186,7 @@ class RLVRPipeline:
         return {"actor/weight_sync_logprob_max_diff": diff}
 
     def weight_sync_diff(self) -> float:
-        train = self.clusters.actor_train.first("sequence_logprobs", [self.sync_probe])[0]
+        train = self.clusters.actor_train.collective("sequence_logprobs", [self.sync_probe])[0]
         infers = self.clusters.actor_infer.gather("sequence_logprobs", [self.sync_probe])
         return max(abs(a - b) for infer in infers for a, b in zip(train[1:], infer[0][1:]))
 
@@ -158,35 +206,23 @@ class RLVRPipeline:
             f"{k} = {v:.3f}" for k, v in sorted(metrics.items()) if k.startswith("val_correct/")))
         return metrics
 
-    def rollout(self) -> tuple[dict[str, list[Group]], dict[str, float]]:
-        quotas, self.quota_credit = allocate_quotas(self.cfg.rollout.domain_interleave_probs,
-                                                    self.cfg.rollout.prompts_per_step, self.quota_credit)
-        active = {d: q for d, q in quotas.items() if q > 0}
-        refs = {d: self.schedulers[d].get_batch.remote(q, self.step, self.step) for d, q in active.items()}
-        groups, metrics = {}, {f"{d}/scheduler/quota": float(q) for d, q in quotas.items()}
-        for d, (g, m) in zip(refs, ray.get(list(refs.values()))):
-            groups[d] = g
-            metrics.update(m)
-        return groups, metrics
-
-    def train(self, batch: TrainBatch) -> dict[str, float]:
-        return self.clusters.actor_train.first("train", batch)
-
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
         tmp = checkpoint.begin(self.run_dir, self.step)
-        self.clusters.actor_train.first("save", str(tmp / "actor_train"))
+        self.clusters.actor_train.collective("save", str(tmp / "actor_train"))
         torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
         schedulers = dict(zip(self.schedulers, ray.get([s.state_dict.remote() for s in self.schedulers.values()])))
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step
             pickle.dump({d: st.pop("buffer") for d, st in schedulers.items()}, f)
-        state = {"step": self.step, "quota_credit": self.quota_credit, "tracker_run_id": self.trackers.run_id,
+        # A rollout started ahead (off-policy) is saved as not started: the schedulers give its prompts back.
+        credit = self.ahead.credit_before if self.ahead is not None else self.quota_credit
+        state = {"step": self.step, "quota_credit": credit, "tracker_run_id": self.trackers.run_id,
                  "schedulers": schedulers}
         return checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints)
 
     def _restore(self, ckpt: Path) -> str:
         state = checkpoint.load_driver_state(ckpt)
-        self.clusters.actor_train.first("load", str(ckpt / "actor_train"))
+        self.clusters.actor_train.collective("load", str(ckpt / "actor_train"))
         for worker, rng in zip(self.clusters.actor_infer.workers, torch.load(ckpt / "actor_infer_rng.pt")):
             ray.get(worker.set_rng_state.remote(rng))
         with open(ckpt / "scheduler_buffers.pkl", "rb") as f:
@@ -207,6 +243,8 @@ class RLVRPipeline:
         """Trackers flushed, reward pools closed, every actor of this pipeline gone (the Ray cluster stays up
         when it was not ours to start)."""
         self.trackers.close()
+        if self.ahead is not None:  # a started step that will never be trained
+            self.ahead.cancel()
         for cluster in self.clusters.rewards.values():
             ray.get(cluster.call("close"))
         for actor in self.schedulers.values():
@@ -215,5 +253,7 @@ class RLVRPipeline:
                         *self.clusters.rewards.values()):
             if cluster is not None:
                 cluster.kill()
+        if self.judge_server is not None:
+            self.judge_server.stop()
         if self.owns_ray:
             ray.shutdown()

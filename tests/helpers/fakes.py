@@ -86,8 +86,8 @@ class RewardHandleForTest:
     def __init__(self, worker: RewardWorker):
         self.worker = worker
 
-    async def score(self, sample):
-        return await self.worker.evaluate(sample)
+    async def score(self, sample, lane="train"):
+        return await self.worker.evaluate(sample, lane)
 
     async def metrics(self):
         return self.worker.metrics()

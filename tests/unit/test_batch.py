@@ -33,3 +33,13 @@ def test_trim_and_split():
     assert first.trimmed()["input_ids"].tolist() == [[1, 2]]
     assert first.trimmed()["loss_mask"].shape == (1, 1)
     assert second.trimmed()["input_ids"].shape == (1, 5)
+
+
+def test_behaviour_logprobs_aligned_with_the_response_targets():
+    ok = RewardResult(1.0, True)
+    a, b = sample([1, 2], [3, 4, 5], ok), sample([6], [7], ok)
+    a.logprobs, b.logprobs = [-0.1, -0.2, -0.3], [-0.4]
+    batch = build_train_batch([a, b], torch.tensor([1.0, 1.0]), pad_id=0)
+    assert torch.allclose(batch["behav_logp"], torch.tensor([[0, -0.1, -0.2, -0.3], [-0.4, 0, 0, 0]]))
+    b.logprobs = None  # an engine that did not return them: no tensor rather than a wrong one
+    assert build_train_batch([a, b], torch.tensor([1.0, 1.0]), pad_id=0).get("behav_logp") is None

@@ -242,3 +242,35 @@ def test_entropy_gradient():
     logits = torch.tensor([[[0.0, math.log(3.0)]]], requires_grad=True)
     entropy_from_logits(logits).sum().backward()
     close(logits.grad, [[[0.205990, -0.205990]]])
+
+
+def test_behaviour_weights_hand_computed():
+    from rlvr.algorithms.policy_loss import behaviour_weights
+
+    prox = torch.tensor([[math.log(0.5), math.log(0.9), math.log(0.2), 0.0]])
+    behav = torch.tensor([[math.log(0.25), math.log(0.9), math.log(0.8), 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w, stats = behaviour_weights(prox, behav, mask, cap=1.5)
+    # 0.5/0.25 = 2 -> capped at 1.5; 0.9/0.9 = 1; 0.2/0.8 = 0.25; masked -> 0
+    assert torch.allclose(w, torch.tensor([[1.5, 1.0, 0.25, 0.0]]))
+    assert stats["behav_weight_mean"].item() == pytest.approx((1.5 + 1.0 + 0.25) / 3)
+    assert stats["behav_weight_capped_frac"].item() == pytest.approx(1 / 3)
+    assert not w.requires_grad
+    with pytest.raises(ValueError, match="cap must be > 0"):
+        behaviour_weights(prox, behav, mask, cap=0.0)
+
+
+def test_decoupled_objective_weights_the_clipped_surrogate():
+    """loss per token = w * max(-A r, -A clip(r)), r = pi/pi_prox, w = min(pi_prox/pi_behav, cap)."""
+    from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
+
+    logp = torch.tensor([[0.0, math.log(0.6), math.log(0.3)]], requires_grad=True)
+    tensors = {"loss_mask": torch.tensor([[0.0, 1.0, 1.0]]), "advantages": torch.tensor([[0.0, 1.0, -1.0]]),
+               "old_logp": torch.tensor([[0.0, math.log(0.5), math.log(0.3)]]),
+               "behav_logp": torch.tensor([[0.0, math.log(0.25), math.log(0.6)]])}
+    settings = ObjectiveSettings(decoupled=True, behaviour_weight_cap=1.5)
+    loss, stats = actor_objective(logp, torch.zeros(1, 3), tensors, settings, torch.tensor(2.0), torch.tensor(1.0))
+    # token 1: r = 1.2 -> clipped to 1.2 (eps 0.2): -1 * 1.2 = -1.2; w = min(2, 1.5) = 1.5 -> -1.8
+    # token 2: r = 1, A = -1 -> +1; w = 0.5 -> 0.5 ; token-mean over 2 tokens: (-1.8 + 0.5) / 2
+    assert loss.item() == pytest.approx((-1.8 + 0.5) / 2)
+    assert stats["behav_weight_capped_frac"].item() == pytest.approx(0.5)

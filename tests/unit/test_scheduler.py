@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 
@@ -14,11 +15,12 @@ from tests.helpers.fakes import (FakeInferWorkerForTest, LocalHandle, RewardHand
 MIXED, ALL_RIGHT, ALL_WRONG = [1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]
 
 
-def make(prompts, infer=None, domain="d", **rollout):
+def make(prompts, infer=None, domain="d", overlap=None, **rollout):
     cfg = config_from_dict({
         "data": {"train_files": ["unused.jsonl"]},
         "domains": {domain: {"reward": {"worker": "tests.helpers.fakes.ScriptedRewardForTest"}}},
         "rollout": {"group_size": 4, **rollout},
+        "overlap": overlap or {},
     })
     infer = infer or FakeInferWorkerForTest()
     reward = RewardHandleForTest(ScriptedRewardForTest(domain))
@@ -92,6 +94,8 @@ def test_surplus_being_scored_carries_over_and_surplus_generating_is_aborted():
     assert sorted(g.prompt.uid for g in groups) == ["fast1", "fast2"]
     assert m0["d/scheduler/prompts_started"] == 4 and m0["d/scheduler/aborted"] == 1
     assert any("slow" in r for r in infer.aborted)
+    assert m0["d/scheduler/finishing_late"] == 1  # "scoring": counted again in the step it lands in
+    assert m1["d/scheduler/carried_over"] >= 1
     # step 1: the carried group is used first (age 1), a new prompt tops the quota up
     assert [g.prompt.uid for g in groups1] == ["scoring", "next"]
     assert m1["d/scheduler/carried_used"] == 1 and m1["d/scheduler/carry_age_mean"] == 1.0
@@ -101,7 +105,7 @@ def test_surplus_being_scored_carries_over_and_surplus_generating_is_aborted():
 def test_stale_carried_groups_are_dropped():
     scheduler, _ = make([prompt(f"p{i}", MIXED) for i in range(10)], max_carry_staleness=1)
     groups, _ = batch(scheduler, 3, step=0)
-    scheduler._carry(groups[0], 0)  # surplus from step 0
+    scheduler._carry(groups[0], 0, Counter())  # surplus from step 0
     _, m = batch(scheduler, 1, step=2)  # two steps later: too old
     assert m["d/filter/dropped_stale"] == 1 and m["d/scheduler/carried_used"] == 0
 
@@ -134,7 +138,7 @@ def test_state_dict_round_trip_keeps_cursor_and_buffer():
     data = [prompt(f"p{i}", MIXED) for i in range(5)]
     scheduler, _ = make(data)
     groups, _ = batch(scheduler, 2)
-    scheduler._carry(groups[0], 0)
+    scheduler._carry(groups[0], 0, Counter())
     state = scheduler.state_dict()
     restored, _ = make(data)
     restored.load_state_dict(state)

@@ -1,0 +1,193 @@
+"""Slow remote rewards: the asynchronous-reward recipe's experiment (verl reward agent, KaLM team), scaled to
+this machine, in one run and one table.
+
+    .venv/bin/python bench/async_reward.py [--steps 6] [--concurrency 4]
+
+The recipe: GRPO, 1024 prompts x 5 samples per step, 4 PPO mini-batches, 256 concurrent reward calls, each call
+1-40 s; the reward floor (samples x mean latency / concurrency, ~410 s) over the GPU work (~250 s) is ~1.64.
+Here: the same proportions (prompts x 5 samples, 4 mini-batches, samples / concurrency = 20 calls per slot)
+on a small random-weight model, with an LLM-judge reward (LLMJudgeRewardWorker, the real worker) calling a
+stand-in judge: a real HTTP server on loopback, in its own process, that answers after a latency drawn from
+U(a, b), b = 40 a. The compute per step is measured first (a calibration run whose judge answers at once); the
+latency range is then set so that floor / compute = 410 / 250.
+
+Modes (each a fresh RLVRPipeline on the same Ray cluster, same seed and data):
+  sync        rewards requested after the step's generation, then train on the whole batch
+  pipeline    + overlap.mini_batch_pipeline (train each mini-batch when its groups are in)
+  off-policy  + overlap.one_step_off_policy (generate step t+1 and request its rewards before training t)
+  both        pipeline + off-policy
+  streaming   both + overlap.streaming_rewards (each sample's request leaves when the sample is generated)
+Step time is the mean over steps 2..N-1: step 0 warms the engines up and, off-policy, starts two rollouts, and
+step 1 (off-policy) trains on a rollout whose rewards had all of step 0 to arrive; neither is the steady state.
+The bound is max(compute, floor) with compute from the calibration run and the floor as measured in that mode.
+The judge's verdict is a hash of the response (a stand-in, not a judge): the mean reward only checks that every
+mode scored the same kind of batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import multiprocessing as mp
+import platform
+import random
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+RECIPE_FLOOR_OVER_COMPUTE = 410 / 250
+WARMUP_STEPS = 2
+MODES = {
+    "sync": dict(mini_batch_pipeline=False, one_step_off_policy=False, streaming_rewards=False),
+    "pipeline": dict(mini_batch_pipeline=True, one_step_off_policy=False, streaming_rewards=False),
+    "off-policy": dict(mini_batch_pipeline=False, one_step_off_policy=True, streaming_rewards=False),
+    "both": dict(mini_batch_pipeline=True, one_step_off_policy=True, streaming_rewards=False),
+    "streaming": dict(mini_batch_pipeline=True, one_step_off_policy=True, streaming_rewards=True),
+}
+
+
+# ---------------------------------------------------------------------------------------------------- judge
+def serve_judge(port: int, low: mp.Value, high: mp.Value, peak: mp.Value) -> None:
+    """The stand-in judge (own process): OpenAI chat completions, latency U(low, high) per request."""
+    from aiohttp import web
+
+    rng, active = random.Random(0), [0]
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        active[0] += 1
+        peak.value = max(peak.value, active[0])
+        try:
+            await asyncio.sleep(rng.uniform(low.value, high.value))
+        finally:
+            active[0] -= 1
+        digest = hashlib.sha256(json.dumps(body["messages"]).encode()).digest()
+        verdict = "YES" if digest[0] % 2 else "NO"
+        return web.json_response({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                  "choices": [{"index": 0, "finish_reason": "stop",
+                                               "message": {"role": "assistant", "content": verdict}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------------- runs
+def config_tree(model_dir: str, out: str, url: str, args, mode: dict) -> dict:
+    judge = {"worker": "rlvr.workers.rewards.llm_judge.LLMJudgeRewardWorker", "max_concurrency": args.concurrency,
+             "timeout_s": 120, "args": {"base_url": url, "cache_size": 0, "max_tokens": 4}}
+    return {
+        "run": {"max_steps": args.steps, "eval_every": 0, "save_every": 0, "output_dir": out, "name": "bench",
+                "progress_bar": False, "seed": 1},
+        "trackers": {"wandb": False, "tensorboard": False, "jsonl": True},
+        "model": {"path": model_dir},
+        "data": {"train_files": [str(REPO / "data/math/train.jsonl")], "domain_key": "none", "tag_key": "domain",
+                 "tag_to_domain": {"arithmetic": "judge", "word_problems": "judge"}},
+        "domains": {"judge": {"reward": judge}},
+        "rollout": {"prompts_per_step": args.prompts, "group_size": 5},
+        # generation in several engine batches, as a large rollout is: streaming can start rewards early
+        "generation": {"max_new_tokens": args.max_new_tokens, "temperature": 1.0,
+                       "max_batch_size": args.prompts * 5 // 4},
+        "actor_train": {"lr": 1e-5, "micro_batch_size": args.prompts * 5 // 4,
+                        "mini_batch_size": args.prompts * 5 // 4, "bf16_autocast": False},
+        "algorithm": {"preset": "grpo"},
+        "overlap": mode,
+    }
+
+
+def run_mode(tree: dict) -> list[dict]:
+    from rlvr.config import config_from_dict
+    from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
+
+    pipeline = RLVRPipeline(config_from_dict(tree))
+    try:
+        run_dir = pipeline.run()
+    finally:
+        pipeline.close()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["step"] >= WARMUP_STEPS]
+
+
+def mean(records: list[dict], key: str) -> float:
+    values = [r[key] for r in records if key in r]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--prompts", type=int, default=16)  # x 5 samples = 80 = 20 calls per slot at C = 4
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    args = parser.parse_args()
+
+    import ray
+
+    from rlvr.models.default_model import ensure_default_model
+    from rlvr.models.tiny_model import make_tiny_model
+
+    work = Path(tempfile.mkdtemp(prefix="rlvr-bench-async-"))
+    model_dir = make_tiny_model(work / "model", ensure_default_model(), args.hidden, args.layers)
+    ctx = mp.get_context("spawn")  # a fresh interpreter: the server shares no state (or GIL) with the driver
+    low, high, peak = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Value("i", 0)
+    port = free_port()
+    server = ctx.Process(target=serve_judge, args=(port, low, high, peak), daemon=True)
+    server.start()
+    url = f"http://127.0.0.1:{port}/v1"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    try:
+        calib = run_mode(config_tree(model_dir, str(work / "calib"), url, args, MODES["sync"]))
+        compute = mean(calib, "timing/compute")
+        samples = args.prompts * 5
+        floor_target = compute * RECIPE_FLOOR_OVER_COMPUTE
+        mu = floor_target * args.concurrency / samples
+        low.value, high.value = 2 * mu / 41, 80 * mu / 41  # U(a, 40a) with mean mu, as 1-40 s in the recipe
+        rows = []
+        for name, mode in MODES.items():
+            peak.value = 0
+            records = run_mode(config_tree(model_dir, str(work / name), url, args, mode))
+            rows.append((name, mean(records, "time/step"), mean(records, "timing/reward_floor"),
+                         mean(records, "timing/reward_wait"), mean(records, "timing/overlap"),
+                         mean(records, "judge/reward/mean"), peak.value))
+    finally:
+        ray.shutdown()
+        server.terminate()
+
+    print(f"\nsamples/step={samples} ({args.prompts} prompts x 5) mini-batches=4 concurrency={args.concurrency} "
+          f"latency=U({low.value:.3f}, {high.value:.3f}) s compute/step={compute:.2f} s "
+          f"floor target={floor_target:.2f} s steps={args.steps} (mean of steps {WARMUP_STEPS}..{args.steps - 1}) "
+          f"model=random Llama h{args.hidden} L{args.layers} machine={platform.machine()} cpus={mp.cpu_count()}")
+    print("| mode | step s | vs sync | floor s | bound s | step / bound | reward wait s | overlap s | "
+          "judge peak in flight | mean reward |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    sync_step = rows[0][1]
+    for name, step, floor, wait, overlap, reward, in_flight in rows:
+        bound = max(compute, floor)
+        print(f"| {name} | {step:.2f} | {1 - step / sync_step:+.1%} | {floor:.2f} | {bound:.2f} | "
+              f"{step / bound:.2f} | {wait:.2f} | {overlap:.2f} | {in_flight} | {reward:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
