@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from rlvr.backends import dist as rdist
-from rlvr.backends.train_strategy import TrainStrategy, lr_lambda, rng_states, set_rng_states
+from rlvr.backends.train_strategy import TrainStrategy, causal_lm_logits, lr_lambda, rng_states, set_rng_states
 from rlvr.config import ActorTrainConfig
 from rlvr.data.batch import TrainBatch
 
@@ -116,15 +116,15 @@ class DeepSpeedStrategy(TrainStrategy):
     def _set_train_mode(self, train: bool) -> None:
         self.module.train(train)
 
-    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True) -> torch.Tensor:
+    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
         ids, att = micro["input_ids"].to(self.device), micro["attention_mask"].to(self.device)
         if train:  # through the engine: its backward hooks and (precision "autocast") its autocast context
-            return self.engine(input_ids=ids, attention_mask=att).logits[:, :-1]
+            return causal_lm_logits(self.engine, ids, att, start)
         # the module itself (ZeRO-3 gathers through module hooks), under our own autocast choice; with bf16
         # weights the forward is bf16 whatever `autocast` says (the module holds no fp32 weights)
         autocast_ctx = self.precision == "autocast" and autocast
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if autocast_ctx else nullcontext():
-            return self.module(input_ids=ids, attention_mask=att).logits[:, :-1]
+            return causal_lm_logits(self.module, ids, att, start)
 
     def _begin_micro(self, first: bool, last: bool) -> None:
         self.engine.set_gradient_accumulation_boundary(last)

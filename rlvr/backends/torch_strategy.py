@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.backends.train_strategy import LossFn, TrainStrategy, lr_lambda, rng_states, set_rng_states
+from rlvr.backends.train_strategy import (LossFn, TrainStrategy, causal_lm_logits, lr_lambda, rng_states,
+                                          set_rng_states)
 from rlvr.config import ActorTrainConfig
 from rlvr.data.batch import TrainBatch
 
@@ -50,11 +51,10 @@ class TorchStrategy(TrainStrategy):
     def _set_train_mode(self, train: bool) -> None:
         self.model.train(train)
 
-    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True) -> torch.Tensor:
+    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
         with self._autocast(autocast):
-            logits = self.model(input_ids=micro["input_ids"].to(self.device),
-                                attention_mask=micro["attention_mask"].to(self.device)).logits
-        return logits[:, :-1]
+            return causal_lm_logits(self.model, micro["input_ids"].to(self.device),
+                                    micro["attention_mask"].to(self.device), start)
 
     def _begin_micro(self, first: bool, last: bool) -> None:
         if first:

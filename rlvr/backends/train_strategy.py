@@ -10,10 +10,17 @@ Data parallelism: every rank receives the same full batch and takes rows rank, r
 mini-batch, in micro-batches. Every rank runs the same number of forward/backward passes (ZeRO-2 reduces
 gradients during every backward, ZeRO-3 gathers parameters during every forward); a rank whose share has fewer
 micro-batches runs padding micro-batches whose loss is multiplied by 0.
+
+Compute that the loss never sees is skipped, without changing the update (the normalisation above makes the sum
+of micro-batch gradients independent of how rows are grouped):
+  * a rank's rows are grouped into micro-batches by length, so short rows are not padded to long ones;
+  * logits (lm_head and the vocabulary-wide logsumexp, a large share of a small model's compute) are computed
+    only from the first response token of a micro-batch on (`logits_to_keep`): prompt positions have no loss.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from typing import Callable
@@ -44,8 +51,9 @@ class TrainStrategy:
     def _set_train_mode(self, train: bool) -> None:
         raise NotImplementedError
 
-    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True) -> torch.Tensor:
-        """[B, T-1, V] logits predicting input_ids[:, 1:]."""
+    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
+        """[B, T-1-start, V] logits predicting input_ids[:, 1+start:] (target columns start..T-2); see
+        `causal_lm_logits`."""
         raise NotImplementedError
 
     def _begin_micro(self, first: bool, last: bool) -> None:
@@ -59,35 +67,44 @@ class TrainStrategy:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ rows and micro-batches
-    def _shard(self, batch: TrainBatch) -> list[tuple[TrainBatch, bool]]:
-        """This rank's micro-batches of `batch` (rows rank::W), padded with (dummy, True) entries so that every
-        rank gets the same count: ceil(ceil(len/W) / micro_batch_size)."""
+    def _shard(self, batch: TrainBatch) -> list[tuple[TrainBatch, torch.Tensor | None]]:
+        """This rank's micro-batches of `batch` (rows rank::W, grouped by length), each with the positions of its
+        rows among this rank's rows; padded with (dummy, None) entries so that every rank gets the same count:
+        ceil(ceil(len/W) / micro_batch_size)."""
         n, w, mbs = len(batch), self.world_size, self.cfg.micro_batch_size
         rows = torch.arange(self.rank, n, w)
-        micros = [(batch.select(rows[i : i + mbs]).trimmed(), False) for i in range(0, len(rows), mbs)]
+        by_length = torch.argsort(batch["attention_mask"][rows].sum(dim=1), stable=True)
+        micros: list[tuple[TrainBatch, torch.Tensor | None]] = [
+            (batch.select(rows[by_length[i : i + mbs]]).trimmed(), by_length[i : i + mbs])
+            for i in range(0, len(rows), mbs)]
         n_micro = math.ceil(math.ceil(n / w) / mbs)
         if len(micros) < n_micro:
             dummy = batch.select(slice(0, 1))
             zeroed = {k: torch.zeros_like(dummy[k]) for k in ("loss_mask", "advantages") if k in dummy.tensors}
-            micros += [(TrainBatch({**dummy.tensors, **zeroed}).trimmed(), True)] * (n_micro - len(micros))
+            micros += [(TrainBatch({**dummy.tensors, **zeroed}).trimmed(), None)] * (n_micro - len(micros))
         return micros
 
     # ------------------------------------------------------------------ forward
     @torch.no_grad()
-    def forward_logprobs(self, batch: TrainBatch, temperature: float = 1.0, *, autocast: bool = True) -> torch.Tensor:
-        """[B, T-1] logprobs of each target token, padded back to the batch width with 0. Collective when
-        world_size > 1: every rank computes its rows, the rows are all-gathered, every rank returns the whole."""
+    def forward_logprobs(self, batch: TrainBatch, temperature: float = 1.0, *, autocast: bool = True,
+                         loss_positions_only: bool = False) -> torch.Tensor:
+        """[B, T-1] logprobs of each target token, padded back to the batch width with 0. loss_positions_only:
+        only where batch["loss_mask"] is 1 (0 elsewhere), skipping the logits of prompt positions; what the
+        reference and old-policy logprobs of the loss need. Collective when world_size > 1: every rank computes
+        its rows, the rows are all-gathered, every rank returns the whole."""
         self._set_train_mode(False)
         b, width = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
         local = torch.zeros(math.ceil(b / self.world_size), width)
-        row = 0
-        for micro, dummy in self._shard(batch):
-            logits = self._logits(micro, train=False, autocast=autocast)
-            if dummy:
+        for micro, positions in self._shard(batch):
+            start = micro.first_loss_column() if loss_positions_only else 0
+            logits = self._logits(micro, train=False, autocast=autocast, start=start)
+            if positions is None:
                 continue
-            lp = token_logprobs(logits, micro["input_ids"][:, 1:].to(self.device), temperature)
-            local[row : row + len(micro), : lp.shape[1]] = lp.float().cpu()
-            row += len(micro)
+            lp = token_logprobs(logits, micro["input_ids"][:, 1 + start :].to(self.device), temperature)
+            local[positions, start : start + lp.shape[1]] = lp.float().cpu()
+        if loss_positions_only:
+            mask = batch["loss_mask"][self.rank :: self.world_size]
+            local[: len(mask)] *= mask
         if self.world_size == 1:
             return local[:b]
         gathered = [torch.zeros_like(local, device=self.device) for _ in range(self.world_size)]
@@ -117,10 +134,13 @@ class TrainStrategy:
                     skipped += 1
                     continue
                 micros = self._shard(mini)
-                for i, (micro, dummy) in enumerate(micros):
+                for i, (micro, positions) in enumerate(micros):
+                    dummy = positions is None
                     self._begin_micro(first=i == 0, last=i == len(micros) - 1)
-                    logits = self._logits(micro, train=True)
-                    logp = token_logprobs(logits, micro["input_ids"][:, 1:].to(self.device), temperature)
+                    start = micro.first_loss_column()
+                    logits = self._logits(micro, train=True, start=start)
+                    micro = micro.from_column(start)  # the loss's tensors, aligned with these logits
+                    logp = token_logprobs(logits, micro["input_ids"][:, 1 + start :].to(self.device), temperature)
                     if need_entropy_grad:
                         entropy = entropy_from_logits(logits.float() / temperature)
                     else:
@@ -149,6 +169,23 @@ class TrainStrategy:
     def lr_step(self) -> None:
         """The end of a global step for the LR schedule (once per step, however many calls trained it)."""
         self.scheduler.step()
+
+
+def causal_lm_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     start: int) -> torch.Tensor:
+    """[B, T-1-start, V] logits predicting input_ids[:, 1+start:]. Models whose forward takes `logits_to_keep`
+    (transformers' causal LMs) compute lm_head only for those positions; others compute all and are sliced."""
+    width = input_ids.shape[1]
+    if start and _takes_logits_to_keep(model):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width - start).logits
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, start:]
+    return logits[:, :-1]
+
+
+def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    module = getattr(model, "module", model)  # a DeepSpeed engine forwards keywords to its module
+    return "logits_to_keep" in inspect.signature(type(module).forward).parameters
 
 
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
@@ -184,4 +221,4 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-__all__ = ["LossFn", "TrainStrategy", "lr_lambda", "rng_states", "set_rng_states", "to_device"]
+__all__ = ["LossFn", "TrainStrategy", "causal_lm_logits", "lr_lambda", "rng_states", "set_rng_states", "to_device"]

@@ -42,13 +42,33 @@ class TrainBatch:
         width = int(self.tensors["attention_mask"].sum(dim=1).max())
         out = {}
         for k, v in self.tensors.items():
-            if v.dim() == 2 and k in ("input_ids", "attention_mask"):
+            if v.dim() == 2 and k in SEQUENCE_KEYS:
                 out[k] = v[:, :width]
             elif v.dim() == 2:
                 out[k] = v[:, : width - 1]
             else:
                 out[k] = v
         return TrainBatch(out)
+
+    def first_loss_column(self) -> int:
+        """The first target column that some row has in its loss: the columns before it (prompt tokens of every
+        row) need no logits. 0 without a loss_mask (every position counts); the last column when no row is in the
+        loss (nothing needs logits, but a forward needs one column)."""
+        mask = self.tensors.get("loss_mask")
+        if mask is None:
+            return 0
+        columns = mask.any(dim=0).nonzero()
+        return int(columns[0]) if len(columns) else max(0, mask.shape[1] - 1)
+
+    def from_column(self, start: int) -> "TrainBatch":
+        """Target-aligned tensors from column `start` on; input_ids and attention_mask stay whole (the model reads
+        the whole context). Pairs with logits computed from target column `start` on."""
+        return TrainBatch({k: v[:, start:] if v.dim() == 2 and k not in SEQUENCE_KEYS else v
+                           for k, v in self.tensors.items()})
+
+
+# Tensors over the whole sequence (T columns); every other 2-D tensor is aligned with the targets (T-1 columns).
+SEQUENCE_KEYS = ("input_ids", "attention_mask")
 
 
 def in_loss(sample: Sample, mask_truncated: bool = False) -> bool:

@@ -50,7 +50,8 @@ class _PolicyForward:
                                       trainable=self.trainable)
 
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
-        return self.strategy.forward_logprobs(batch, self.temperature)
+        """Reference / old-policy logprobs for the loss: at the loss positions (0 elsewhere)."""
+        return self.strategy.forward_logprobs(batch, self.temperature, loss_positions_only=True)
 
     def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
         """Full-precision logprobs of whole sequences (position 0 has none: 0.0), for the weight-sync check."""

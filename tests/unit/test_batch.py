@@ -43,3 +43,19 @@ def test_behaviour_logprobs_aligned_with_the_response_targets():
     assert torch.allclose(batch["behav_logp"], torch.tensor([[0, -0.1, -0.2, -0.3], [-0.4, 0, 0, 0]]))
     b.logprobs = None  # an engine that did not return them: no tensor rather than a wrong one
     assert build_train_batch([a, b], torch.tensor([1.0, 1.0]), pad_id=0).get("behav_logp") is None
+
+
+def test_first_loss_column_and_the_target_aligned_view_from_it():
+    ok = RewardResult(1.0, True)
+    batch = build_train_batch([sample([1, 2, 3], [4, 5], ok), sample([6, 7], [8, 9, 10], ok)],
+                              torch.tensor([1.0, -1.0]), pad_id=0)
+    # the second row's response starts earlier (target column 1): nothing before it needs logits
+    assert batch["loss_mask"].tolist() == [[0, 0, 1, 1], [0, 1, 1, 1]]
+    assert batch.first_loss_column() == 1
+    view = batch.from_column(1)
+    assert view["input_ids"].tolist() == batch["input_ids"].tolist()  # the model still reads the whole context
+    assert view["loss_mask"].tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert view["advantages"].tolist() == [[0, 1, 1], [-1, -1, -1]]
+    failed = RewardResult.failed("timeout", "slow")
+    none_in_loss = build_train_batch([sample([1, 2], [3], failed)], torch.zeros(1), pad_id=0)
+    assert none_in_loss.first_loss_column() == 1  # the last column: a forward still needs one

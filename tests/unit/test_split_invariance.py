@@ -87,3 +87,43 @@ def test_a_step_moves_the_parameters(tiny_llama):
     after, _, _, _ = one_step(tiny_llama, 4, "token-mean", batch)
     moved = max(float((after[k] - before[k]).abs().max()) for k in after)
     assert 0.5 * LR < moved < 2.5 * LR
+
+
+def test_logits_only_from_the_first_response_token_give_the_same_update(tiny_llama, monkeypatch):
+    """train_step computes logits from the micro-batch's first loss column on (prompt positions have no loss);
+    forcing column 0 (the full logits) must give the same gradients."""
+    batch = make_batch()
+    assert batch.first_loss_column() >= 2  # prompts of 3-5 tokens: the shortcut really skips columns here
+    _, _, short_g, short_m = one_step(tiny_llama, 2, "token-mean", batch)
+    monkeypatch.setattr(TrainBatch, "first_loss_column", lambda self: 0)
+    _, _, full_g, full_m = one_step(tiny_llama, 2, "token-mean", batch)
+    g_full = torch.cat([g.flatten() for g in full_g.values()])
+    g_short = torch.cat([short_g[k].flatten() for k in full_g])
+    assert float((g_short - g_full).norm() / g_full.norm()) < 1e-5
+    for key in ("loss", "pg_loss", "entropy", "grad_norm"):
+        assert short_m[key] == pytest.approx(full_m[key], rel=1e-5, abs=1e-7), key
+
+
+def strategy_with_micro(model_dir: str, micro: int) -> TorchStrategy:
+    cfg = ActorTrainConfig(lr=LR, micro_batch_size=micro, bf16_autocast=False)
+    return TorchStrategy(model_dir, cfg, total_steps=1, seed=0)
+
+
+def test_micro_batches_are_grouped_by_length_and_rows_return_to_their_places(tiny_llama):
+    batch = make_train_batch(8, 16, seed=3)
+    lengths = batch["attention_mask"].sum(dim=1)
+    strategy = strategy_with_micro(tiny_llama, 2)
+    micros = strategy._shard(batch)
+    assert sorted(int(i) for _, positions in micros for i in positions) == list(range(8))
+    widths = [micro["input_ids"].shape[1] for micro, _ in micros]
+    in_order = [int(lengths[i : i + 2].max()) for i in range(0, 8, 2)]
+    assert sum(widths) < sum(in_order)  # less padding than consecutive rows
+    assert widths == sorted(widths)
+
+    whole = strategy_with_micro(tiny_llama, 8).forward_logprobs(batch)
+    grouped = strategy.forward_logprobs(batch)
+    real = batch["attention_mask"][:, 1:].bool()  # padding targets hold whatever a micro-batch's width gives
+    assert torch.allclose(grouped[real], whole[real], atol=1e-5)  # each row's logprobs land in its own row
+    at_loss = strategy.forward_logprobs(batch, loss_positions_only=True)
+    assert torch.allclose(at_loss, whole * batch["loss_mask"], atol=1e-5)
+    assert int((at_loss != 0).sum()) == int(batch["loss_mask"].sum())
