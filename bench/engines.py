@@ -238,6 +238,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--model", default="smollm2-135m-instruct")
     args = parser.parse_args()
+    if len(args.parts) > 1:
+        # One process per part: a part's engines and strategies (four 135M models with their optimizer states in
+        # part 2, ~10 GB) are gone before the next one starts, instead of pushing the full step's Ray workers
+        # into the memory monitor's kill range.
+        common = ["--batches", *map(str, args.batches), "--new-tokens", str(args.new_tokens), "--reps",
+                  str(args.reps), "--steps", str(args.steps), "--threads", str(args.threads), "--model", args.model]
+        for part in args.parts:
+            subprocess.run([sys.executable, __file__, "--parts", part, *common], check=True)
+        return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if "step" in args.parts:  # before transformers is imported: it records at import whether accelerate exists
         ensure_trl()
