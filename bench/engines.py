@@ -8,9 +8,11 @@
    bf16 (torch: autocast; deepspeed: bf16 weights, fp32 masters): one optimizer step on 16 sequences of 128
    tokens (micro-batch 8) with rlvr's actor objective.
 3. step: one full RLVR step on the same workload (model, prompts, group size, generation length, learning
-   rate, precision fp32, batch = one optimizer step) for rlvr (RLVRPipeline on local Ray: vLLM generation, DeepSpeed training,
-   the math rule reward) and for TRL's GRPOTrainer (HF generate, its default on CPU; a last-number reward in the
-   trainer's process). Step time is the median over steps 1..N-1 (step 0 warms up both). TRL is installed for
+   rate, batch = one optimizer step) for rlvr (RLVRPipeline on local Ray: vLLM generation, the math rule reward)
+   and for TRL's GRPOTrainer (HF generate, its default on CPU; a last-number reward in the trainer's process),
+   each in fp32 and in bf16 (rlvr: vLLM in bfloat16, training in autocast); the ratio is taken against TRL at
+   the same precision. rlvr runs its main job's strategy (DeepSpeed ZeRO-2) and, in bf16, its one-process
+   `torch` strategy. Step time is the median over steps 1..N-1 (step 0 warms up both). TRL is installed for
    this benchmark only, into .cache/bench-trl (never into the project's environment).
 
 Model: SmolLM2-135M-Instruct (the embedded default). The machine may be shared: the ratios, measured side by side
@@ -143,10 +145,10 @@ def training(model: str, args) -> None:
 
 
 # ------------------------------------------------------------------------------------------- 3. full step
-STEP = dict(prompts=8, group=4, new_tokens=64, temperature=0.7, lr=1e-6)
+STEP = {"prompts": 8, "group": 4, "new_tokens": 64, "temperature": 0.7, "lr": 1e-6}
 
 
-def rlvr_step_times(model: str, args, out: str) -> list[float]:
+def rlvr_step_times(model: str, args, out: str, strategy: str, bf16: bool) -> list[float]:
     from rlvr.config import load_config
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
@@ -155,8 +157,9 @@ def rlvr_step_times(model: str, args, out: str) -> list[float]:
         "run.save_every=0", "run.progress_bar=false", "trackers.wandb=false", "trackers.tensorboard=false",
         f"rollout.prompts_per_step={STEP['prompts']}", f"rollout.group_size={STEP['group']}",
         f"generation.max_new_tokens={STEP['new_tokens']}", f"generation.temperature={STEP['temperature']}",
-        f"actor_train.lr={STEP['lr']}", "generation.engine=vllm", "actor_train.strategy=deepspeed",
-        "actor_train.bf16_autocast=false"])  # as configs/math_code_mix.yaml
+        f"actor_train.lr={STEP['lr']}", "generation.engine=vllm", f"actor_train.strategy={strategy}",
+        f"actor_train.bf16_autocast={str(bf16).lower()}", f"generation.dtype={'bfloat16' if bf16 else 'float32'}",
+        "actor_train.deepspeed.bf16_weights=false"])  # as configs/math_code_mix.yaml: fp32 weights, autocast
     pipeline = RLVRPipeline(cfg)
     try:
         run_dir = pipeline.run()
@@ -175,7 +178,7 @@ def ensure_trl() -> None:
     sys.path.insert(0, str(TRL_DIR))
 
 
-def trl_step_times(model: str, args, out: str) -> list[float]:
+def trl_step_times(model: str, args, out: str, bf16: bool) -> list[float]:
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -203,9 +206,10 @@ def trl_step_times(model: str, args, out: str) -> list[float]:
 
     batch = STEP["prompts"] * STEP["group"]
     config = GRPOConfig(
-        output_dir=out, use_cpu=True, bf16=False, max_steps=args.steps, per_device_train_batch_size=batch,
+        output_dir=out, use_cpu=True, bf16=bf16, max_steps=args.steps, per_device_train_batch_size=batch,
         gradient_accumulation_steps=1, num_generations=STEP["group"], max_completion_length=STEP["new_tokens"],
-        temperature=STEP["temperature"], learning_rate=STEP["lr"], lr_scheduler_type="constant", beta=0.0, loss_type="dapo",
+        temperature=STEP["temperature"], learning_rate=STEP["lr"], lr_scheduler_type="constant", beta=0.0,
+        loss_type="dapo",
         logging_steps=1, save_strategy="no", report_to=[], seed=42, dataloader_num_workers=0)
     timer = StepTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=last_number_reward, args=config, train_dataset=data,
@@ -214,17 +218,29 @@ def trl_step_times(model: str, args, out: str) -> list[float]:
     return timer.times
 
 
+STEP_RUNS = {  # name: (framework, strategy, bf16)
+    "rlvr deepspeed fp32": ("rlvr", "deepspeed", False),
+    "trl fp32": ("trl", None, False),
+    "rlvr deepspeed bf16": ("rlvr", "deepspeed", True), "rlvr torch bf16": ("rlvr", "torch", True),
+    "trl bf16": ("trl", None, True)}
+
+
 def full_step(model: str, args) -> None:
-    with tempfile.TemporaryDirectory() as out:
-        times = {"rlvr": rlvr_step_times(model, args, out), "trl": trl_step_times(model, args, out)}
+    times: dict[str, list[float]] = {}
+    for name, (framework, strategy, bf16) in STEP_RUNS.items():
+        with tempfile.TemporaryDirectory() as out:
+            if framework == "rlvr":
+                times[name] = rlvr_step_times(model, args, out, strategy, bf16)
+            else:
+                times[name] = trl_step_times(model, args, out, bf16)
     print(f"\n[3] one RLVR step: {STEP['prompts']} prompts x {STEP['group']} samples, up to {STEP['new_tokens']} "
           f"new tokens, T={STEP['temperature']}, one optimizer step, {args.steps} steps (step 0 dropped)")
-    print(f"{'framework':<10} {'s/step median [min, max]':>26}  {'vs trl':>7}")
-    trl = statistics.median(times["trl"][1:])
+    print(f"{'framework':<20} {'s/step median [min, max]':>26}  {'vs trl, same precision':>22}")
     for name, t in times.items():
-        print(f"{name:<10} {spread(t[1:], '.2f'):>26}  {statistics.median(t[1:]) / trl:>6.2f}x")
-    print("rlvr: vLLM generation + DeepSpeed ZeRO-2 fp32 training on local Ray; trl: GRPOTrainer (HF generate, "
-          "fp32)")
+        trl = statistics.median(times[f"trl {name.split()[-1]}"][1:])
+        print(f"{name:<20} {spread(t[1:], '.2f'):>26}  {statistics.median(t[1:]) / trl:>21.2f}x")
+    print("rlvr: vLLM generation + training on local Ray; trl: GRPOTrainer (HF generate). bf16: vLLM in bfloat16 "
+          "and training in autocast over fp32 weights (rlvr), GRPOConfig(bf16=True) (trl)")
 
 
 def main() -> None:
