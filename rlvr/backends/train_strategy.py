@@ -20,10 +20,11 @@ of micro-batch gradients independent of how rows are grouped):
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import random
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -185,7 +186,12 @@ def causal_lm_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_
 
 def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
     module = getattr(model, "module", model)  # a DeepSpeed engine forwards keywords to its module
-    return "logits_to_keep" in inspect.signature(type(module).forward).parameters
+    return _forward_takes_logits_to_keep(type(module))
+
+
+@functools.cache  # once per model class, not on every micro-batch's forward
+def _forward_takes_logits_to_keep(cls: type) -> bool:
+    return "logits_to_keep" in inspect.signature(cls.forward).parameters
 
 
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
