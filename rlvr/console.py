@@ -37,7 +37,7 @@ _ERROR_LINE = re.compile(
     r"|^\[?[EF]\d{4} \d\d:\d\d:\d\d"  # glog / c10 native error and fatal lines (E1124 14:20:01 ...)
     r"|^\*\*\* SIGSEGV|^Fatal Python error"
 )
-_OUR_WARNING = re.compile(rf"^{_PREFIX}WARNING (?:{'|'.join(OUR_PACKAGES)})(?:\.[\w.]+)?: ")
+OUR_WARNING_LINE = re.compile(rf"^{_PREFIX}WARNING (?:{'|'.join(OUR_PACKAGES)})(?:\.[\w.]+)?: ")
 _TRACEBACK_START = "Traceback (most recent call last):"
 
 
@@ -73,7 +73,7 @@ class LineFilter:
         if line.strip() == _TRACEBACK_START or line.endswith(_TRACEBACK_START):
             self.in_traceback = True
             return True
-        return self.verbose or bool(_ERROR_LINE.search(line) or _OUR_WARNING.search(line))
+        return self.verbose or bool(_ERROR_LINE.search(line) or OUR_WARNING_LINE.search(line))
 
 
 def worker_label(data: dict) -> str:

@@ -121,13 +121,14 @@ class SystemMonitor:
         judge = getattr(pipeline, "judge_server", None)
         monitor = cls(pipeline_workers(pipeline.clusters, pipeline.schedulers),
                       {"judge_server": judge.process.pid} if judge is not None else None)
-        monitor.sample()  # the CPU baseline: the first step's utilisation is measured from here
+        monitor.sample(timeout_s=600)  # the CPU baseline, once every worker has started (loading models takes a while)
         return monitor
 
-    def sample(self) -> dict[str, float]:
+    def sample(self, timeout_s: float | None = None) -> dict[str, float]:
+        """A worker that does not answer within the timeout (busy in a long call) is left out of this sample."""
         names = list(self.workers)
         refs = [self.workers[n].__ray_call__.remote(_probe) for n in names]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s or self.timeout_s)
         samples: dict[str, ProcessSample] = {"driver": sample_process(children=False)}
         for name, pid in self.local_pids.items():
             try:
