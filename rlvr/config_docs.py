@@ -79,7 +79,7 @@ MEANINGS: dict[str, str] = {
     "actor_train.lr_schedule": "learning-rate schedule after warm-up",
     "actor_train.max_grad_norm": "gradient clipping norm (None: no clipping)",
     "actor_train.ppo_epochs": "passes over each batch",
-    "actor_train.bf16_autocast": "bf16 autocast in forward and backward (weights stay fp32 unless deepspeed.bf16_weights)",
+    "actor_train.bf16_autocast": "bf16 autocast in forward and backward (fp32 weights unless deepspeed.bf16_weights)",
     "actor_train.gradient_checkpointing": "recompute activations in backward to save memory",
     "actor_train.torch_threads": "CPU threads of the trainer (None: every core)",
     "algorithm.adv_estimator": "advantage estimator (rlvr/algorithms/advantages.py)",

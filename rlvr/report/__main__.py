@@ -10,7 +10,7 @@ from rlvr.report import RunDirError, build_report
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlvr.report", description=__doc__)
-    parser.add_argument("runs", nargs="+", help="run directories (runs/<name>-<time>); two or more overlay their curves")
+    parser.add_argument("runs", nargs="+", help="run directories (runs/<name>-<time>); several overlay their curves")
     parser.add_argument("--out", default=None, help="output directory (default: RUN_DIR/report, or "
                         "RUN_A/report/vs-<RUN_B> for a comparison)")
     args = parser.parse_args(argv)

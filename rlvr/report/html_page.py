@@ -44,6 +44,11 @@ def summary_table(summary: Summary) -> str:
     return "\n".join(parts)
 
 
+def _goodness(sample: dict) -> tuple[bool, float]:
+    reward = sample.get("reward")
+    return bool(sample.get("correct")), reward if reward is not None else float("-inf")
+
+
 def best_and_worst(run: RunData, domain: str, n: int = SAMPLES_PER_SIDE) -> tuple[int | None, list, list]:
     """The last validation's responses of `domain`: the n best and the n worst (correct first, then reward)."""
     rows = [s for s in run.val_samples if s.get("domain") == domain]
@@ -51,8 +56,7 @@ def best_and_worst(run: RunData, domain: str, n: int = SAMPLES_PER_SIDE) -> tupl
         return None, [], []
     step = max(s["step"] for s in rows)
     rows = [s for s in rows if s["step"] == step]
-    key = lambda s: (bool(s.get("correct")), s.get("reward") if s.get("reward") is not None else float("-inf"))  # noqa: E731
-    ranked = sorted(rows, key=key, reverse=True)
+    ranked = sorted(rows, key=_goodness, reverse=True)
     best = ranked[:n]
     worst = [s for s in ranked[::-1] if s not in best][:n]
     return step, best, worst

@@ -70,7 +70,7 @@ def _lines(ax, runs: list[RunData], series: dict[str, Points], title: str, ylabe
 def _figure(runs: list[RunData], ncols: int, title: str, width: float = 5.0, nrows: int = 1):
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, 3.8 * nrows), squeeze=False)
     if len(runs) > 1:
-        title += "   " + "   ".join(f"[{i + 1}] {RUN_STYLES[i % 4]} {r.name}" for i, r in enumerate(runs))
+        title += "\n" + "   ".join(f"[{i + 1}] {RUN_STYLES[i % 4]} {r.name}" for i, r in enumerate(runs))
     fig.suptitle(title, fontsize=10)
     return fig, list(axes.flat)
 

@@ -47,6 +47,7 @@ def main_run(default_model_dir, tmp_path_factory) -> MainRun:
     env = {**os.environ, "WANDB_MODE": "offline"}
     proc = subprocess.run(main_command() + overrides, cwd=REPO, capture_output=True, text=True, env=env,
                           timeout=1200)
+    (out / "console.txt").write_text(proc.stdout + proc.stderr)  # for a person looking into a failure
     assert proc.returncode == 0, proc.stderr[-4000:]
     match = re.search(r"run directory: (\S+)", proc.stdout)
     assert match, proc.stdout[-2000:]
