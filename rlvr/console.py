@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +126,34 @@ class WorkerOutputRouter:
         self.files.clear()
 
 
+class FileFollower(threading.Thread):
+    """The output of a process the driver started into a file (the judge server's stderr.log): its errors (and, with
+    --verbose, every line) reach the console as they are written, named."""
+
+    def __init__(self, path: Path, label: str, console: TextIO, verbose: bool, interval_s: float = 0.5):
+        super().__init__(name=f"rlvr-follow-{label}", daemon=True)
+        self.path, self.label, self.console, self.interval_s = Path(path), label, console, interval_s
+        self.filter = LineFilter(verbose)
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        offset, partial = 0, ""
+        while not self.stopped.wait(self.interval_s):
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+            except OSError:
+                continue
+            offset += len(chunk)
+            *lines, partial = (partial + chunk.decode("utf-8", "replace")).split("\n")
+            for line in self.filter.select(lines):
+                tqdm.write(f"({self.label}) {line}", file=self.console)
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
 # ---------------------------------------------------------------------------------------- this process
 
 
@@ -173,6 +202,7 @@ class RunConsole:
     router: WorkerOutputRouter | None = None
     _handlers: list[logging.Handler] = field(default_factory=list)
     _buffer: _Buffer | None = None
+    _followers: list[FileFollower] = field(default_factory=list)
 
     def install(self) -> None:
         if not self.verbose:
@@ -223,7 +253,16 @@ class RunConsole:
         dispatcher.remove_handler("ray_print_logs")
         dispatcher.add_handler("rlvr_worker_output", self.router)
 
+    def follow(self, path: Path, label: str) -> FileFollower:
+        follower = FileFollower(path, label, self.stream, self.verbose)
+        follower.start()
+        self._followers.append(follower)
+        return follower
+
     def uninstall(self) -> None:
+        for follower in self._followers:
+            follower.stop()
+        self._followers.clear()
         root = logging.getLogger()
         for h in self._handlers:
             root.removeHandler(h)

@@ -106,6 +106,8 @@ def start_local_judge(cfg: Config, log_dir: Path | None = None
                                 startup_timeout_s=js.startup_timeout_s, server_args=server_args,
                                 vllm_args=js.vllm_args, log_dir=log_dir)
     log.info("local judge server for %s at %s (%s)", local, handle.url, handle.backend)
+    if console.active() is not None:  # its errors on the console as they happen (its output is in log_dir)
+        console.active().follow(handle.log_dir / "stderr.log", f"judge_server pid={handle.process.pid}")
     for d in local:
         rewards[d] = rewards[d].model_copy(update={"args": {**rewards[d].args, "base_url": handle.url}})
     return handle, rewards

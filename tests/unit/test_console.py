@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import time
 import warnings
 
 import pytest
 
-from rlvr.console import LineFilter, RunConsole, WorkerOutputRouter, progress_postfix, validation_line
+from rlvr.console import (FileFollower, LineFilter, RunConsole, WorkerOutputRouter, progress_postfix,
+                          validation_line)
 
 NOISE = [
     "(MainProcess pid=13864) WARNING 11-24 14:25:18 [arg_utils.py:3005] This model does not officially support ...",
@@ -101,8 +104,6 @@ def test_driver_logs_sorted_between_console_and_driver_log(run_console, tmp_path
     log = (logs / "driver.log").read_text()
     for text in ("third-party warning before", "third-party warning after", "our info", "a library's deprecation"):
         assert text in log
-    import os
-
     assert os.environ["WANDB_SILENT"] == "true"
 
 
@@ -135,3 +136,23 @@ def test_validation_line_and_progress_postfix():
     assert validation_line(4, metrics) == "validation @ step 4: val_correct 0.500  (code 0.250, math 0.750)"
     assert progress_postfix(metrics, 0.5) == {"code": "0.000", "math": "0.312", "val": "0.500"}
     assert progress_postfix({}, None) == {}
+
+
+def test_a_followed_file_shows_its_errors_as_they_are_written(tmp_path):
+    log, console = tmp_path / "stderr.log", io.StringIO()
+    follower = FileFollower(log, "judge_server pid=9", console, verbose=False, interval_s=0.01)
+    follower.start()
+    try:
+        with open(log, "w") as f:
+            f.write(NOISE[0] + "\n" + ERRORS[2][:30])  # an error line written in two parts
+            f.flush()
+            time.sleep(0.1)
+            f.write(ERRORS[2][30:] + "\n")
+        for _ in range(200):
+            if console.getvalue():
+                break
+            time.sleep(0.01)
+    finally:
+        follower.stop()
+        follower.join()
+    assert console.getvalue() == f"(judge_server pid=9) {ERRORS[2]}\n"
