@@ -40,7 +40,7 @@ def _lines(ax, runs: list[RunData], series: dict[str, Points], title: str, ylabe
            kind: str = "value") -> bool:
     """One line per (label, run): `series` maps a label to its (step, value) points in a run. kind "fraction"
     fixes the y range to [0, 1], "count" starts it at 0."""
-    drawn, top = False, 0.0
+    drawn, top, steps = False, 0.0, set()
     for i, run in enumerate(runs):
         for j, (label, points_of) in enumerate(series.items()):
             points = points_of(run)
@@ -51,6 +51,7 @@ def _lines(ax, runs: list[RunData], series: dict[str, Points], title: str, ylabe
                     markersize=max(3.0, 9.0 - 1.5 * j), color=COLORS[j % 10], label=_label(label, i, runs),
                     alpha=0.85)
             drawn, top = True, max(top, *ys)
+            steps.update(xs)
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
@@ -62,6 +63,10 @@ def _lines(ax, runs: list[RunData], series: dict[str, Points], title: str, ylabe
     if drawn:
         ax.legend(fontsize=8)
         ax.xaxis.get_major_locator().set_params(integer=True)
+        if len(steps) == 1:  # one point: a readable axis around it, not +-0.04
+            (only,) = steps
+            ax.set_xlim(only - 1, only + 1)
+            ax.set_xticks([only - 1, only, only + 1])
     else:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
     return drawn
@@ -185,7 +190,7 @@ def plot_system(runs: list[RunData], path: Path) -> Path | None:
                     if k.split("/", 1)[1].rsplit("/", 1)[0] not in workers and "total" not in k]
     fig, axes = _figure(runs, 3, "system", width=5)
     drawn = _lines(axes[0], runs, {w: _key(f"system/{w}/rss_gib") for w in workers},
-                   "resident memory per worker", "GiB")
+                   "resident memory per worker", "GiB", kind="count")
     drawn |= _lines(axes[1], runs, {w: _key(f"system/{w}/cpu_percent") for w in workers},
                     "CPU per worker (100 = one core)", "%", kind="count")
     drawn |= _lines(axes[2], runs, {"generation": _key("system/response_tokens_per_s"),
