@@ -62,12 +62,16 @@ def _gpu_usage(pids: list[int]) -> tuple[float | None, float | None]:
             return float(torch.cuda.memory_reserved()), None
         return None, None
     mem, utils, wanted = 0.0, [], set(pids)
-    for i in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-        used = [p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid in wanted]
-        if used:
-            mem += sum(used)
-            utils.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            used = [p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                    if p.pid in wanted]
+            if used:
+                mem += sum(used)
+                utils.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    finally:
+        pynvml.nvmlShutdown()
     if not utils:
         return None, None
     return mem, sum(utils) / len(utils)
@@ -145,7 +149,7 @@ class SystemMonitor:
         for name, s in samples.items():
             out.update(worker_metrics(name, s, self.previous.get(name)))
         out["system/total/rss_gib"] = sum(s.rss_bytes for s in samples.values()) / GIB
-        self.previous = samples
+        self.previous.update(samples)  # a worker left out this time keeps its last sample as the CPU baseline
         return out
 
 
