@@ -36,7 +36,9 @@ def start_ray(cfg: Config) -> bool:
     """Joins RAY_ADDRESS / ray.address when given, else starts an embedded cluster. Returns True if we started it."""
     if ray.is_initialized():
         return False
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    # "local": a new embedded cluster. Without it ray.init() joins the latest cluster started on this machine
+    # (/tmp/ray/ray_current_cluster), e.g. another program's, and then rejects num_cpus.
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or "local"
     # Workers load models quietly: one "Loading weights" bar per actor per start drowns the run's own output.
     env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     runtime_env: dict = {"env_vars": env}
