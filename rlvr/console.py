@@ -295,8 +295,11 @@ def adopt_library_loggers() -> None:
 
 def setup_worker_logging() -> None:
     """Ray's worker_process_setup_hook: records in LOG_FORMAT (the driver's router reads level and logger from
-    it), warnings through logging. Runs once in every worker process of the job."""
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    it), warnings through logging. Runs once in every worker process of the job. Our loggers at INFO, the rest at
+    WARNING: an HTTP client's line per request would fill the worker's log."""
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    for name in OUR_PACKAGES:
+        logging.getLogger(name).setLevel(logging.INFO)
     logging.captureWarnings(True)
     adopt_library_loggers()
 
