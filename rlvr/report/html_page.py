@@ -57,6 +57,7 @@ def best_and_worst(run: RunData, domain: str, n: int = SAMPLES_PER_SIDE) -> tupl
     step = max(s["step"] for s in rows)
     rows = [s for s in rows if s["step"] == step]
     ranked = sorted(rows, key=_goodness, reverse=True)
+    n = min(n, max(1, len(ranked) // 2))  # few responses: half best, half worst, never one in both
     best = ranked[:n]
     worst = [s for s in ranked[::-1] if s not in best][:n]
     return step, best, worst

@@ -67,6 +67,8 @@ def test_best_and_worst_samples_of_the_last_validation(tmp_path):
     assert step == 3
     assert [s["correct"] for s in best] == [True, True] and [s["correct"] for s in worst] == [False, False]
     assert not {s["prompt"] for s in best} & {s["prompt"] for s in worst}
+    _, best, worst = best_and_worst(run, "math", n=3)  # 4 responses: 2 and 2
+    assert len(best) == len(worst) == 2
 
 
 def test_crashed_run_reports_what_it_has(tmp_path):
