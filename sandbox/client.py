@@ -128,9 +128,16 @@ def start_local_server(
             except OSError:
                 pass
 
-    # Drained in the background: a full stderr pipe would block the server.
+    # Drained in the background: a full stderr pipe would block the server. Each line is also passed on to this
+    # process's stderr, where the server's warnings and errors are seen (in a Ray worker: its log and console).
     stderr_tail: deque[str] = deque(maxlen=50)
-    threading.Thread(target=lambda: stderr_tail.extend(proc.stderr), daemon=True).start()
+
+    def drain() -> None:
+        for line in proc.stderr:
+            stderr_tail.append(line)
+            sys.stderr.write(line)
+
+    threading.Thread(target=drain, daemon=True).start()
     deadline = time.monotonic() + startup_timeout_s
     url = proc.stdout.readline().strip()
     if not url.startswith("http"):

@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="bwrap", choices=("bwrap", "docker"))
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="exit when stdin closes")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # "LEVEL logger: message", the format rlvr's console sorts worker output by (errors reach the console)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     backend = make_backend(args.backend, args.max_parallel)
     ok, reason = backend.available()
     if not ok:

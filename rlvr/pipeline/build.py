@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 
+from rlvr import console
 from rlvr.config import Config, ConfigError, RewardConfig
 from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
 from rlvr.models.default_model import resolve_model_path
@@ -35,11 +36,19 @@ def start_ray(cfg: Config) -> bool:
     """Joins RAY_ADDRESS / ray.address when given, else starts an embedded cluster. Returns True if we started it."""
     if ray.is_initialized():
         return False
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    # "local": a new embedded cluster. Without it ray.init() joins the latest cluster started on this machine
+    # (/tmp/ray/ray_current_cluster), e.g. another program's, and then rejects num_cpus.
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or "local"
     # Workers load models quietly: one "Loading weights" bar per actor per start drowns the run's own output.
     env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    runtime_env: dict = {"env_vars": env}
+    run_console = console.active()
+    if run_console is not None:  # the CLI's console: worker records in a format it can sort (rlvr/console.py)
+        runtime_env["worker_process_setup_hook"] = "rlvr.console.setup_worker_logging"
     ray.init(address=address, num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,
-             runtime_env={"env_vars": env})
+             runtime_env=runtime_env)
+    if run_console is not None:
+        run_console.route_ray_output()  # worker output to <run>/logs/workers/, errors to the console
     return True
 
 
@@ -83,9 +92,11 @@ class Clusters:
     rewards: dict[str, Cluster]
 
 
-def start_local_judge(cfg: Config) -> tuple[JudgeServerHandle | None, dict[str, RewardConfig]]:
+def start_local_judge(cfg: Config, log_dir: Path | None = None
+                      ) -> tuple[JudgeServerHandle | None, dict[str, RewardConfig]]:
     """Starts the embedded judge server when an LLM-judge reward asks for it (`base_url: local` or none), and
-    returns the reward configs with that server's URL filled in."""
+    returns the reward configs with that server's URL filled in. Its output goes to `log_dir` (kept), or to a
+    temporary directory removed when it stops."""
     rewards = {d: dc.reward for d, dc in cfg.domains.items()}
     local = [d for d, r in rewards.items() if issubclass(resolve_reward_class(d, r), LLMJudgeRewardWorker)
              and r.args.get("base_url") in (None, "local")]
@@ -95,8 +106,10 @@ def start_local_judge(cfg: Config) -> tuple[JudgeServerHandle | None, dict[str, 
     server_args = ["--threads", str(js.threads)] if js.threads else []
     handle = start_judge_server(resolve_model_path(js.model, cfg.model.cache_dir), prefer_vllm=js.prefer_vllm,
                                 startup_timeout_s=js.startup_timeout_s, server_args=server_args,
-                                vllm_args=js.vllm_args)
+                                vllm_args=js.vllm_args, log_dir=log_dir)
     log.info("local judge server for %s at %s (%s)", local, handle.url, handle.backend)
+    if console.active() is not None:  # its errors on the console as they happen (its output is in log_dir)
+        console.active().follow(handle.log_dir / "stderr.log", f"judge_server pid={handle.process.pid}")
     for d in local:
         rewards[d] = rewards[d].model_copy(update={"args": {**rewards[d].args, "base_url": handle.url}})
     return handle, rewards

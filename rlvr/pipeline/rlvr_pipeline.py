@@ -14,6 +14,7 @@ import torch
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
+from rlvr import console
 from rlvr.config import Config, save_resolved
 from rlvr.data.batch import TrainBatch
 from rlvr.data.types import Group
@@ -23,6 +24,7 @@ from rlvr.pipeline.batching import make_train_batch
 from rlvr.pipeline.build import build_clusters, load_domain_data, new_run_dir, start_local_judge, start_ray
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
 from rlvr.pipeline.rollout import Rollout, by_domain
+from rlvr.pipeline.system_metrics import SystemMonitor, throughput_metrics
 from rlvr.pipeline.trackers import Trackers
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.schedulers.quotas import allocate_quotas
@@ -53,11 +55,12 @@ class RLVRPipeline:
                        if cfg.run.resume else None)
         self.run_dir = resume_from.parent.parent if resume_from else new_run_dir(cfg)
         save_resolved(cfg, self.run_dir)
+        console.start_run(cfg, self.run_dir)  # the header; logs to <run>/logs/ (when the CLI installed the console)
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.data = load_domain_data(cfg, self.tokenizer)
         self.owns_ray = start_ray(cfg)
-        self.judge_server, rewards_cfg = start_local_judge(cfg)
+        self.judge_server, rewards_cfg = start_local_judge(cfg, log_dir=self.run_dir / "logs" / "judge_server")
         self.clusters = build_clusters(cfg, self.model_path, rewards_cfg)
         scheduler_cls = ray.remote(DynamicSamplingScheduler).options(num_cpus=0, max_concurrency=1000)
         self.schedulers = {
@@ -70,6 +73,8 @@ class RLVRPipeline:
             run_id = self._restore(resume_from)
         self.trackers = Trackers(cfg.trackers, self.run_dir, self.run_dir.name, cfg.model_dump(mode="json"), run_id)
         self.sync_probe = self._make_sync_probe()
+        self.system = SystemMonitor.for_pipeline(self)
+        self.last_val: float | None = None
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
@@ -94,12 +99,12 @@ class RLVRPipeline:
                 metrics.update(self.learn(rollout, timer))
                 metrics.update(timer.times)
                 metrics.update(overlap_metrics(metrics, self.cfg))
+                metrics.update(throughput_metrics(metrics) | self.system.sample())
                 self.trackers.log(metrics, self.step)
                 self.step += 1
                 if cfg.save_every and self.step % cfg.save_every == 0:
                     self.save()
-                bar.set_postfix({k.split("/")[0]: f"{v:.3f}" for k, v in metrics.items()
-                                 if k.endswith("reward/mean") and not k.startswith("val")})
+                bar.set_postfix(console.progress_postfix(metrics, self.last_val))
                 bar.update(1)
             if cfg.eval_every:  # the trained policy's final score, logged at step = max_steps
                 self.model_update()
@@ -194,16 +199,17 @@ class RLVRPipeline:
         results = ray.get([s.validate.remote(self.step) for s in self.schedulers.values()])
         metrics: dict[str, float] = {}
         correct = scored = 0
+        rows = [{"step": self.step, **ex} for _, _, examples in results for ex in examples]
         with open(self.run_dir / "val_samples.jsonl", "a") as f:
-            for m, counts, examples in results:
+            for m, counts, _ in results:
                 metrics.update(m)
                 correct, scored = correct + counts["correct"], scored + counts["scored"]
-                for ex in examples:
-                    f.write(json.dumps({"step": self.step, **ex}) + "\n")
+            f.writelines(json.dumps(row) + "\n" for row in rows)
         if scored:
             metrics["val_correct/all/mean"] = correct / scored
-        tqdm.write(f"step {self.step} validation: " + ", ".join(
-            f"{k} = {v:.3f}" for k, v in sorted(metrics.items()) if k.startswith("val_correct/")))
+        self.last_val = metrics.get("val_correct/all/mean")
+        self.trackers.log_val_samples(rows, self.step)
+        console.say(console.validation_line(self.step, metrics))
         return metrics
 
     # ------------------------------------------------------------------ checkpoints

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import TrackersConfig
+from rlvr.pipeline import wandb_extras
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Trackers:
                                      dir=str(run_dir), mode=mode, config=config,
                                      settings=wandb.Settings(silent=True, console="off"))
             log.info("W&B run %s (%s mode)", self.run_id, mode)
+            wandb_extras.define_metrics(self._wandb)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
@@ -60,7 +62,17 @@ class Trackers:
                 self._tb.add_scalar(k, v, step)
             self._tb.flush()
         if self._wandb:
-            self._wandb.log(clean, step=step)
+            self._wandb.log({**clean, wandb_extras.STEP_KEY: step}, step=step)
+
+    def log_val_samples(self, rows: list[dict[str, Any]], step: int) -> None:
+        """One validation's responses: a W&B table (they are also in val_samples.jsonl)."""
+        if self._wandb and rows:
+            self._wandb.log(wandb_extras.samples_table(rows, step), step=step)
+
+    def log_images(self, images: dict[str, Path], step: int) -> None:
+        """The run report's plots, logged once at the end of the run."""
+        if self._wandb and images:
+            self._wandb.log(wandb_extras.report_images(images, step), step=step)
 
     def close(self) -> None:
         if self._jsonl:

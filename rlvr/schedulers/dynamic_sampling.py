@@ -59,6 +59,11 @@ def sample_metrics(prefix: str, samples: list[Sample]) -> dict[str, float]:
     return out
 
 
+def _question(prompt: Prompt) -> str:
+    """What the model was asked: the raw prompt, or the last message of the chat."""
+    return prompt.text if prompt.text is not None else (prompt.messages or [{}])[-1].get("content", "")
+
+
 @dataclass
 class Carried:
     group: Group
@@ -408,6 +413,9 @@ class DynamicSamplingScheduler:
         metrics[f"{d}timing/reward_span"] = run.reward_span()
         return metrics
 
+    def __repr__(self) -> str:  # names the actor in its log file and console lines
+        return f"Scheduler[{self.domain}]"
+
     # ------------------------------------------------------------------ validation and reward metrics
     async def validate(self, version: int) -> tuple[dict[str, float], dict[str, int], list[dict]]:
         """One response per validation prompt. Returns (metrics, counts for the all-domain mean, examples)."""
@@ -420,7 +428,8 @@ class DynamicSamplingScheduler:
         metrics.pop(f"val/{self.domain}/correct/mean", None)  # reported as val_correct/<domain>/mean instead
         if scored:
             metrics[f"val_correct/{self.domain}/mean"] = n_correct / len(scored)
-        examples = [{"domain": self.domain, "prompt": s.prompt.uid, "response": s.response_text,
+        examples = [{"domain": self.domain, "prompt": s.prompt.uid, "question": _question(s.prompt),
+                     "response": s.response_text,
                      "ground_truth": str(s.prompt.ground_truth), "reward": s.reward.reward if s.reward else None,
                      "correct": s.reward.correct if s.reward else None, "status": s.reward.status if s.reward else None}
                     for s in samples]

@@ -7,9 +7,14 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from rlvr.console import OUR_WARNING_LINE
+from rlvr.report.plots import PLOTS
+from tests.helpers.browser import check_page, chromium
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -24,19 +29,36 @@ def main_command() -> list[str]:
     return [sys.executable] + cmd[1:]
 
 
-def test_main_command_runs_and_logs_to_all_trackers(default_model_dir, tmp_path):
-    overrides = ["run.max_steps=2", "run.eval_every=2", "run.save_every=2", f"run.output_dir={tmp_path}",
+DOMAINS = ("math", "code", "judge")
+
+
+@dataclass
+class MainRun:
+    console: str  # stdout and stderr, as a person at the terminal sees them
+    run_dir: Path
+
+
+@pytest.fixture(scope="module")
+def main_run(default_model_dir, tmp_path_factory) -> MainRun:
+    """One run of the main command (two steps) shared by the tests of this module."""
+    out = tmp_path_factory.mktemp("main-run")
+    overrides = ["run.max_steps=2", "run.eval_every=2", "run.save_every=2", f"run.output_dir={out}",
                  "generation.max_new_tokens=48", "validation.max_prompts_per_domain=4"]
     env = {**os.environ, "WANDB_MODE": "offline"}
     proc = subprocess.run(main_command() + overrides, cwd=REPO, capture_output=True, text=True, env=env,
                           timeout=1200)
+    (out / "console.txt").write_text(proc.stdout + proc.stderr)  # for a person looking into a failure
     assert proc.returncode == 0, proc.stderr[-4000:]
     match = re.search(r"run directory: (\S+)", proc.stdout)
     assert match, proc.stdout[-2000:]
     run_dir = Path(match.group(1))
     if not run_dir.is_absolute():
         run_dir = REPO / run_dir
+    return MainRun(proc.stdout + proc.stderr, run_dir)
 
+
+def test_main_command_runs_and_logs_to_all_trackers(main_run):
+    run_dir = main_run.run_dir
     records = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     val = [r for r in records if "val_correct/all/mean" in r]
     assert [r["step"] for r in val] == [0, 2]
@@ -65,3 +87,56 @@ def test_main_command_runs_and_logs_to_all_trackers(default_model_dir, tmp_path)
     assert wandb_files and wandb_files[0].stat().st_size > 0
     assert (run_dir / "config.yaml").exists()
     assert (run_dir / "checkpoints" / "step_000002" / "driver.json").exists()
+    # system metrics of every worker, and throughput
+    train = [r for r in records if "actor/pg_loss" in r]
+    for key in ("system/actor_train/0/rss_gib", "system/actor_infer/0/rss_gib", "system/reward/code/0/rss_gib",
+                "system/judge_server/rss_gib", "system/actor_train/0/cpu_percent", "system/train_tokens_per_s"):
+        assert all(r[key] > 0 for r in train), key
+    assert len(list((run_dir / "wandb").glob("offline-run-*/files/media/table/val/samples_*.table.json"))) == 2
+
+
+def console_lines(console: str) -> list[str]:
+    return [part for line in console.splitlines() for part in line.split("\r") if part.strip()]
+
+
+def test_console_is_quiet_and_ends_with_the_summary(main_run):
+    lines = console_lines(main_run.console)
+    text = "\n".join(lines)
+    # the header
+    assert re.search(r"^  model +smollm2-135m-instruct$", text, re.M)
+    assert re.search(r"domains +math +4 prompts/step +MathRuleRewardWorker x1$", text, re.M)
+    assert re.search(r"^ +judge +2 prompts/step +LLMJudgeRewardWorker x1 \(local judge server\)$", text, re.M)
+    assert re.search(r"^  engines +generation vllm x1 \(float32\) \| training deepspeed ZeRO-2", text, re.M)
+    assert f"run dir    {main_run.run_dir}" in text
+    val_lines = [l for l in lines if l.startswith("validation @ step")]
+    assert [l.split(":")[0] for l in val_lines] == ["validation @ step 0", "validation @ step 2"]
+    assert all(re.search(r": val_correct \d\.\d{3}  \(code \d\.\d{3}, judge \d\.\d{3}, math \d\.\d{3}\)$", l)
+               for l in val_lines), val_lines
+    # no third-party warnings (vLLM, Ray, DeepSpeed, W&B, datasets, transformers, Python warnings) unless --verbose
+    unprefixed = [re.sub(r"^\([^()]* pid=\w+\) ", "", l) for l in lines]  # a worker's line: "(Worker pid=N) ..."
+    noisy = [l for l in unprefixed if re.search(r"(?i)warn", l) and not OUR_WARNING_LINE.search(l)]
+    assert noisy == [], noisy[:10]
+    # the summary table names every domain, and where the report is
+    for domain in (*DOMAINS, "all"):
+        assert re.search(rf"^{domain} +\d\.\d{{3}} -> \d\.\d{{3}} +\d\.\d{{3}} \(\d\)", text, re.M), domain
+    assert f"report: {main_run.run_dir / 'report' / 'index.html'}" in text
+
+
+def test_report_files_and_logs(main_run):
+    report, logs = main_run.run_dir / "report", main_run.run_dir / "logs"
+    assert {p.stem for p in report.glob("*.png")} == set(PLOTS)
+    page = (report / "index.html").read_text()
+    assert all(f'src="{name}.png"' in page for name in PLOTS)
+    # what the console left out is in the logs: the driver's, each worker's (vLLM's warnings), the judge server's
+    assert "Started a local Ray instance" in (logs / "driver.log").read_text()
+    workers = {p.name.split("-")[0]: p.read_text() for p in (logs / "workers").glob("*.log")}
+    assert "WARNING" in workers["ActorInferWorker"]
+    assert (logs / "judge_server" / "stderr.log").stat().st_size > 0
+
+
+@pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed (Debian package `chromium`: "
+                    "scripts/setup.sh installs it)")
+def test_report_page_in_a_browser(main_run, tmp_path):
+    page = check_page(main_run.run_dir / "report" / "index.html", tmp_path / "report.png")
+    assert page.images == len(PLOTS) and page.broken == []
+    assert page.summary_cells == [*DOMAINS, "all"]

@@ -45,6 +45,10 @@ def test_two_steps_train_sync_and_log(tiny_model_dir, ray_local, tmp_path):
             statuses = sum(r[f"{d}/reward/status/{s}"] for d in ("arithmetic", "word_problems")
                            for s in ("ok", "error", "timeout", "invalid"))
             assert statuses == 8  # every sample scored and counted
+            # every worker measured itself: memory (a loaded model is well over 100 MiB), CPU since the last step
+            for worker in ("actor_train/0", "actor_infer/0", "reward/arithmetic/0", "scheduler/word_problems"):
+                assert r[f"system/{worker}/rss_gib"] > 0.1 and r[f"system/{worker}/cpu_percent"] >= 0
+            assert r["system/train_tokens_per_s"] > 0 and r["system/response_tokens_per_s"] > 0
         val_steps = [r for r in records if "val_correct/all/mean" in r]
         assert [r["step"] for r in val_steps] == [0, 1, 2]  # eval_every=1, plus the final validation
         assert all("val_correct/arithmetic/mean" in r and "val_correct/word_problems/mean" in r for r in val_steps)

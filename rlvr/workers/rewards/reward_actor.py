@@ -49,5 +49,8 @@ class RewardActor:
             self.worker.reset_metrics()
         return out
 
+    def __repr__(self) -> str:  # names the worker in its log file and console lines
+        return f"RewardActor[{self.domain}]"
+
     async def close(self) -> None:
         self.worker.close()
