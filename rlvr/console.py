@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,11 +102,13 @@ class WorkerOutputRouter:
         self.console, self.verbose = console, verbose
         self.filters: dict[str, LineFilter] = {}
         self.files: dict[str, TextIO] = {}
+        self.last_line_at = time.monotonic()
 
     def __call__(self, data: dict) -> None:
         lines = [l for l in data.get("lines", []) if "__ray_tqdm_magic_token__" not in l]
         if not lines:
             return
+        self.last_line_at = time.monotonic()
         stem = _file_stem(data)
         if self.dir is not None:
             if stem not in self.files:
@@ -119,6 +122,16 @@ class WorkerOutputRouter:
         label = worker_label(data)
         for line in shown:
             tqdm.write(f"({label}) {line}", file=self.console)
+
+    def wait_quiet(self, min_s: float, quiet_s: float, max_s: float) -> None:
+        """Ray ships worker output to the driver a moment after it is written (its log monitor polls the files):
+        before the workers are killed, wait until no line has arrived for `quiet_s`, so that the traceback of a
+        worker that just raised is in its log, not lost with the cluster. At least `min_s`: under load the monitor
+        lags, and lines written a moment ago may not have started arriving yet."""
+        start = time.monotonic()
+        while time.monotonic() - start < max_s and (time.monotonic() - start < min_s
+                                                     or time.monotonic() - self.last_line_at < quiet_s):
+            time.sleep(0.05)
 
     def close(self) -> None:
         for f in self.files.values():
@@ -318,6 +331,12 @@ def install(verbose: bool = False) -> RunConsole:
 
 def active() -> RunConsole | None:
     return _active
+
+
+def drain_worker_output(min_s: float = 2.0, quiet_s: float = 1.0, max_s: float = 10.0) -> None:
+    """Before the run's workers are killed: their last lines (an error's traceback) reach their logs first."""
+    if _active is not None and _active.router is not None:
+        _active.router.wait_quiet(min_s, quiet_s, max_s)
 
 
 def uninstall() -> None:

@@ -248,6 +248,7 @@ class RLVRPipeline:
     def close(self) -> None:
         """Trackers flushed, reward pools closed, every actor of this pipeline gone (the Ray cluster stays up
         when it was not ours to start)."""
+        console.drain_worker_output()
         self.trackers.close()
         if self.ahead is not None:  # a started step that will never be trained
             self.ahead.cancel()
