@@ -71,7 +71,7 @@ async def run_plain(cases: list[Case], pool: KillableProcessPool, timeout_s: flo
 
 async def run_rlvr(cases: list[Case], worker: MathRuleRewardWorker) -> dict[str, tuple[str, bool | None]]:
     """rlvr's (status, correct) per case id, through the real reward worker and its process pool."""
-    results = await asyncio.gather(*(worker.evaluate(_sample(c)) for c in cases))
+    results = await asyncio.gather(*(worker.evaluate(corpus_sample(c)) for c in cases))
     return {c.id: (r.status, r.correct) for c, r in zip(cases, results)}
 
 
@@ -95,7 +95,7 @@ def agreement(cases: list[Case], verdicts: dict[str, bool | None]) -> tuple[Coun
     return agreed, total
 
 
-def _sample(case: Case) -> Sample:
+def corpus_sample(case: Case) -> Sample:
     prompt = Prompt(uid=case.id, domain="math", ground_truth=case.gold, text="")
     return Sample(
         prompt=prompt, group_id=case.id, index=0, response_ids=[], response_text=case.response, finish_reason="stop",

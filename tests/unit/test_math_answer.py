@@ -169,6 +169,11 @@ def test_looks_like_math(text, expected):
         (r"\boxed{4}. So the answer is 5", "last_number", ([("math", "4")], "boxed")),
         ("Final Answer: Jane started it 3 hours ago.", "last_number",
          ([("text", "Jane started it 3 hours ago")], "phrase")),
+        ("**Answer**: 42", "last_number", ([("math", "42"), ("text", "42")], "phrase")),
+        # A weak phrase followed by prose is not final: the search of the text goes on after it.
+        ("The answer is correct. x = 5", "last_number",
+         ([("text", "correct"), ("text", "The answer is correct. x = 5"), ("math", "5")], "phrase")),
+        ("The answer is correct. x = 5", "none", ([("text", "correct")], "phrase")),
         ("we get 9 apples", "last_number", ([("text", "we get 9 apples"), ("math", "9")], "last_number")),
         ("$(7, 6)$", "last_number", ([("math", "$(7, 6)$")], "last_number")),  # one span: math as a whole
         ("so $x = 2$ and then $y = 3$", "last_number", ([("text", "so $x = 2$ and then $y = 3$")], "last_number")),

@@ -46,9 +46,9 @@ _BOX_JOINER = re.compile(
     r"(?:\s|[,;&.]|\$|\\[()\[\]]|\\\\|\\q?quad\b|\\[,;:! ]|\band\b|\bor\b"
     r"|\\text\s*\{[^{}]*\b(?:and|or)\b[^{}]*\}|\\text\s*\{\s*,?\s*\}|[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=)*"
 )
-_FINAL_ANSWER = re.compile(r"final\s+answer\s*(?:is\b|:|=)?[\s*:]*", re.IGNORECASE)
+_FINAL_ANSWER = re.compile(r"final\s+answer[\s*]*(?:is\b|:|=)?[\s*:]*", re.IGNORECASE)
 _ANSWER = re.compile(
-    r"(?:\banswer\s*(?:is\b|:|=)|\banswer(?=[\s*]*(?:\$|\\\(|\\\[))|####"
+    r"(?:\banswer[\s*]*(?:is\b|:|=)|\banswer(?=[\s*]*(?:\$|\\\(|\\\[))|####"
     r"|\u7b54\u6848\u662f|\u7b54\u6848[:\uff1a])[\s*:]*",
     re.IGNORECASE,
 )
@@ -144,8 +144,9 @@ def extract_candidates(text: object, fallback: Fallback = "last_number") -> tupl
     """The answer's candidates, most trusted first, and how the answer was found (see the module docstring).
 
     An anchored answer is final: if it does not parse, no other number in the text stands in for it (that is how a
-    checker credits "1" in a garbled "1 + \\frac{1}{\\mathrm{e}}"). A box left unclosed at the end means the
-    response was cut off in its answer: no answer."""
+    checker credits "1" in a garbled "1 + \\frac{1}{\\mathrm{e}}"); only a weak phrase followed by prose ("the
+    answer is correct") lets the search of the text go on. A box left unclosed at the end means the response was
+    cut off in its answer: no answer."""
     if fallback not in ("last_number", "none"):
         raise ValueError(f"fallback must be 'last_number' or 'none', got {fallback!r}")
     clean = clean_response(text)
@@ -155,24 +156,27 @@ def extract_candidates(text: object, fallback: Fallback = "last_number") -> tupl
     strong = [(start, content, "boxed") for start, _, content in _boxes(clean, closing)]
     strong += [(start, content, "phrase") for start, content in _phrases(clean, _FINAL_ANSWER)]
     anchors = strong or [(start, content, "phrase") for start, content in _phrases(clean, _ANSWER)]
+    candidates: list[Candidate] = []
     if anchors:
         _, content, how = max(anchors, key=lambda anchor: anchor[0])
-        candidates: list[Candidate] = []
         if how == "boxed" or looks_like_math(content):
             candidates.append(("math", content))
         if how == "phrase":
             candidates.append(("text", content))
-        return candidates, how
+        # Only a weak phrase followed by prose ("the answer is correct") lets the text search go on after it.
+        if strong or candidates[0][0] == "math":
+            return candidates, how
     clean = clean.strip()
     if fallback == "none" or not clean:
-        return [], "none"
+        return candidates, "phrase" if candidates else "none"
+    how = "phrase" if candidates else "last_number"
     if _single_math_span(clean):
-        return [("math", clean)], "last_number"
-    candidates = [("text", clean)]
+        return candidates + [("math", clean)], how
+    candidates.append(("text", clean))
     number = last_number(clean)
     if number is not None and "$" not in clean and "\\" not in clean:  # plain prose: its last number
         candidates.append(("math", number))
-    return candidates, "last_number"
+    return candidates, how
 
 
 def extract_answer(text: object, fallback: Fallback = "last_number") -> tuple[str | None, How]:
