@@ -6,6 +6,7 @@ math-verify (`verify(parse(gold), parse(response))`) in a process pool of its ow
 """
 
 import asyncio
+import re
 from collections import Counter
 
 import pytest
@@ -46,7 +47,10 @@ def verdicts(corpus):
 
 def test_corpus_is_large_sourced_and_covers_both_verdicts(corpus):
     assert len(corpus) >= 250
-    assert all(case.source.strip() and case.why.strip() for case in corpus)
+    # A source is a file at a commit ("github:owner/repo/path@<sha>") or a GitHub issue / pull request.
+    sourced = re.compile(r"github:[^/\s]+/[^/\s]+/\S+@[0-9a-f]{40}|https://github\.com/[^/]+/[^/]+/(issues|pull)/\d+$")
+    assert [case.id for case in corpus if not sourced.match(case.source)] == []
+    assert all(case.why.strip() for case in corpus)
     per_category = Counter((case.category, case.expected) for case in corpus)
     categories = {case.category for case in corpus}
     # Every category holds answers that must be judged right and answers that must be judged wrong.
