@@ -1,4 +1,5 @@
-"""MathRuleRewardWorker end to end: extraction, math-verify in the process pool, and its timeouts."""
+"""MathRuleRewardWorker end to end: extraction, the checker in the process pool, its deadlines, and pathological
+inputs (each must end as a status within the deadline, through the real worker and pool)."""
 
 import asyncio
 import time
@@ -6,7 +7,7 @@ import time
 import pytest
 
 from rlvr.data.types import Prompt, Sample
-from rlvr.workers.rewards.math_rule import MathRuleRewardWorker, as_math
+from rlvr.workers.rewards.math_rule import MathRuleRewardWorker
 
 HANGS_SYMPY = r"\boxed{9^{9^{9^{9}}}}"  # sympy tries to evaluate it exactly: hours
 
@@ -21,7 +22,7 @@ def make_sample(text, ground_truth):
 
 @pytest.fixture(scope="module")
 def worker():
-    # verify_timeout_s=3: math-verify's own timeouts fire after 1 s, the pool's hard deadline after 3 s.
+    # verify_timeout_s=3: the checker's own deadline fires after 1.5 s, the pool's hard deadline after 3 s.
     worker = MathRuleRewardWorker("math", verify_timeout_s=3.0)
     yield worker
     worker.close()
@@ -94,17 +95,17 @@ def test_unparseable_ground_truth_is_an_error(worker):
     assert score(worker, r"\boxed{1}", "").status == "error"
 
 
-def test_math_verify_timeout_is_reported(worker):
+def test_checker_timeout_is_reported(worker):
     start = time.perf_counter()
     result = score(worker, HANGS_SYMPY, "1")
     assert result.status == "timeout", result.info
-    assert time.perf_counter() - start < 3.0  # math-verify's own 1 s alarm, before the pool's 3 s deadline
+    assert time.perf_counter() - start < 3.0  # the checker's own 1.5 s deadline, before the pool's 3 s one
     assert score(worker, r"\boxed{1}", "1").correct is True
 
 
 def test_hard_deadline_kills_the_check():
-    # verify_timeout_s=0.5 leaves math-verify no whole second of its own: only the pool's kill can stop it.
-    worker = MathRuleRewardWorker("math", verify_timeout_s=0.5, pool_size=1)
+    # soft_timeout_s=0 turns the checker's own deadline off: only the pool's kill can stop the tower.
+    worker = MathRuleRewardWorker("math", verify_timeout_s=0.5, soft_timeout_s=0, pool_size=1)
     try:
         asyncio.run(worker.evaluate(make_sample(r"\boxed{1}", "1")))  # wait out the worker's start
         start = time.perf_counter()
@@ -119,9 +120,32 @@ def test_hard_deadline_kills_the_check():
     assert worker.metrics()["status/timeout"] == 1
 
 
+def test_soft_timeout_must_fit_in_the_hard_one():
+    with pytest.raises(ValueError, match="soft_timeout_s"):
+        MathRuleRewardWorker("math", verify_timeout_s=1.0, soft_timeout_s=2.0, pool_size=1)
+
+
+NESTED_BRACES = r"\boxed{" + "{" * 50_000 + "1" + "}" * 50_000 + "}"  # 100 KB
+
+
 @pytest.mark.parametrize(
-    "text, expected",
-    [("5", "$5$"), (r"\frac{1}{2}", r"$\frac{1}{2}$"), ("$x$", "$x$"), (r"\(x\)", r"\(x\)"), (" 7 ", "$7$")],
+    "name, text, status",
+    [
+        ("power tower", HANGS_SYMPY, "timeout"),
+        ("power tower, unboxed", "so it is $9^{9^{9^{9}}}$", "timeout"),
+        ("100 KB of nested braces", NESTED_BRACES, "timeout"),
+        ("100 KB of unclosed braces", "{" * 100_000, "ok"),
+        ("invalid UTF-8 (surrogate escapes)", b"\xff\xfe \\boxed{1} \x80".decode("utf-8", "surrogateescape"), "ok"),
+        ("invalid UTF-8 (bytes)", b"\xff\xfe \\boxed{1} \x80", "ok"),
+        ("empty response", "", "ok"),
+    ],
 )
-def test_as_math_wraps_bare_text(text, expected):
-    assert as_math(text) == expected
+def test_pathological_input_ends_as_a_status_within_the_deadline(worker, name, text, status):
+    start = time.perf_counter()
+    result = score(worker, text, "1")
+    elapsed = time.perf_counter() - start
+    assert result.status == status, (name, result.info)
+    assert elapsed < worker.verify_timeout_s + 1.0  # the hard deadline, plus the kill and the reply
+    if status == "ok":
+        assert result.correct is ("boxed{1}" in str(text)), (name, result.info)
+    assert score(worker, r"\boxed{2}", "2").correct is True  # the pool still answers
