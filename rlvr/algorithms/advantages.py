@@ -47,6 +47,8 @@ from typing import Any, Callable
 
 import torch
 
+from rlvr.algorithms.returns import discounted_returns, gae_advantages, masked_whiten, token_level_rewards
+
 __all__ = [
     "AdvantageInputs",
     "AdvantageSettings",
@@ -57,6 +59,9 @@ __all__ = [
     "grpo_advantages",
     "rloo_advantages",
     "reinforce_pp_baseline_advantages",
+    "reinforce_advantages",
+    "reinforce_pp_advantages",
+    "gae",
     "broadcast_to_tokens",
 ]
 
@@ -248,6 +253,8 @@ class AdvantageSettings:
     """Estimator knobs, from `algorithm.*` (rlvr/pipeline/batching.py::advantage_settings)."""
 
     norm_by_std: bool = True  # grpo: divide by the group std (False: Dr.GRPO)
+    gamma: float = 1.0  # discount over action tokens (reinforce, reinforce_pp, gae)
+    lam: float = 0.95  # GAE's lambda
     eps: float = 1e-6
 
 
@@ -266,6 +273,16 @@ def _group_layout(group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return inverse, position, n_groups, int(counts.max()) if n_groups else 0
 
 
+def sequence_rewards(inp: AdvantageInputs) -> torch.Tensor:
+    """One reward per row for the sequence-level estimators: the score, or, when token rewards are given (a KL
+    penalty in the reward), their sum over the row (score - coef * sum_t KL_t, as verl's GRPO sums its
+    token_level_rewards); a row without loss tokens keeps its score (it has no KL to pay)."""
+    if inp.token_rewards is None:
+        return inp.scores.to(torch.float32)
+    has_tokens = inp.loss_mask.to(torch.bool).any(dim=1)
+    return torch.where(has_tokens, inp.token_rewards.sum(dim=1).to(torch.float32), inp.scores.to(torch.float32))
+
+
 def grouped(kernel: GroupFn) -> Estimator:
     """A group kernel ([G, n] rewards) as a contract estimator: rows are laid out by `group_index` (groups may
     differ in size: the padding is invalid, so it enters no statistic), and each row's sequence advantage is
@@ -275,7 +292,7 @@ def grouped(kernel: GroupFn) -> Estimator:
         g, pos, n_groups, n = _group_layout(inp.group_index)
         rewards = torch.zeros((n_groups, n), dtype=torch.float32)
         valid = torch.zeros((n_groups, n), dtype=torch.bool)
-        rewards[g, pos] = inp.scores.to(torch.float32)
+        rewards[g, pos] = sequence_rewards(inp)
         valid[g, pos] = inp.valid.to(torch.bool)
         seq_adv = kernel(rewards, valid)[g, pos]
         return broadcast_to_tokens(seq_adv, inp.loss_mask), None
@@ -288,12 +305,62 @@ def _grpo(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tens
     return grouped(kernel)(inp, settings)
 
 
+# ---------------------------------------------------------------------------------------------- token-level
+def _token_rewards(inp: AdvantageInputs) -> torch.Tensor:
+    """The inputs' token rewards, or (none given) the score on each row's last loss token."""
+    if inp.token_rewards is not None:
+        return inp.token_rewards.to(torch.float32)
+    return token_level_rewards(inp.scores, inp.loss_mask)
+
+
+def reinforce_advantages(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain REINFORCE (Williams 1992) with a batch baseline:
+
+        G_t = sum_{s >= t} gamma^(s-t) r_s         (token rewards: the score at the end, any KL penalty on the way)
+        b   = mean over the rows with loss tokens of G at the row's first loss token (its whole return)
+        A_t = G_t - b
+
+    The baseline is one number for the batch (no groups needed, unlike RLOO/GRPO), so it also serves batches of
+    one sample per prompt. Returns G (the critic-free "returns")."""
+    mask = inp.loss_mask
+    returns = discounted_returns(_token_rewards(inp), mask, settings.gamma)
+    keep = mask.to(torch.bool)
+    rows = keep.any(dim=1)
+    first = torch.where(keep, torch.arange(mask.shape[1]), torch.full((mask.shape[1],), mask.shape[1])).amin(dim=1)
+    seq_returns = returns[rows.nonzero().squeeze(1), first[rows]]
+    baseline = seq_returns.mean() if len(seq_returns) else torch.zeros(())
+    return torch.where(keep, returns - baseline, torch.zeros_like(returns)), returns
+
+
+def reinforce_pp_advantages(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ (Hu et al., arXiv 2501.03262): discounted token returns G_t (the KL penalty is in the token
+    rewards when algorithm.use_kl_in_reward is on, as the paper prescribes), whitened over every loss token of the
+    batch (the domain's rows): A = (G - mean) / std. No critic and no groups: the global statistics replace
+    both; a long response weighs in with each of its tokens (as in verl / OpenRLHF)."""
+    returns = discounted_returns(_token_rewards(inp), inp.loss_mask, settings.gamma)
+    return masked_whiten(returns, inp.loss_mask), returns
+
+
+def gae(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's estimator: GAE over the critic's values (rlvr/algorithms/returns.py::gae_advantages), advantages
+    whitened over every loss token of the batch (verl / ROLL / OpenRLHF do the same); the returns (A + V, before
+    whitening) are the critic's targets."""
+    if inp.values is None:
+        raise ValueError("adv_estimator 'gae' needs the critic's values (AdvantageInputs.values)")
+    advantages, returns = gae_advantages(_token_rewards(inp), inp.values, inp.loss_mask, settings.gamma,
+                                         settings.lam)
+    return masked_whiten(advantages, inp.loss_mask), returns
+
+
 # name -> estimator over AdvantageInputs; names match the `algorithm.adv_estimator` literals in config.py.
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "grpo": _grpo,
     "dr_grpo": grouped(GROUP_ESTIMATORS["dr_grpo"]),
     "rloo": grouped(rloo_advantages),
     "reinforce_pp_baseline": grouped(reinforce_pp_baseline_advantages),
+    "reinforce": reinforce_advantages,
+    "reinforce_pp": reinforce_pp_advantages,
+    "gae": gae,
 }
 
 

@@ -1,12 +1,10 @@
-"""Groups of scored samples -> one TrainBatch; per-domain advantages on it once its forward passes are done."""
+"""Groups of scored samples -> one TrainBatch (advantages come later: rlvr/pipeline/advantage_step.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from rlvr.algorithms.advantages import AdvantageInputs, AdvantageSettings, compute_advantages
-from rlvr.config import AlgorithmConfig
 from rlvr.data.batch import TrainBatch, build_train_batch, in_loss
 from rlvr.data.types import Group, Sample
 
@@ -42,43 +40,3 @@ def _has_signal(group: Group) -> bool:
     if not all(s.scored_ok for s in group.samples):
         return False
     return len({s.reward.reward for s in group.samples}) > 1
-
-
-def advantage_settings(cfg: AlgorithmConfig) -> AdvantageSettings:
-    return AdvantageSettings(norm_by_std=cfg.norm_adv_by_std)
-
-
-def domain_inputs(batch: TrainBatch, rows: torch.Tensor) -> AdvantageInputs:
-    """The contract's inputs for a subset of rows (one domain's)."""
-    def optional(key: str) -> torch.Tensor | None:
-        t = batch.get(key)
-        return None if t is None else t[rows]
-
-    return AdvantageInputs(scores=batch["scores"][rows], valid=batch["valid"][rows],
-                           group_index=batch["group_index"][rows], loss_mask=batch["loss_mask"][rows],
-                           values=optional("values"), token_rewards=optional("token_rewards"),
-                           turn_index=optional("turn_index"))
-
-
-def domain_advantages(batch: TrainBatch, domains: list[str],
-                      cfg: AlgorithmConfig) -> tuple[TrainBatch, dict[str, float]]:
-    """Advantages (and returns, when the estimator gives them) computed per domain, over that domain's rows only,
-    written into `advantages` / `returns` [B, T-1]."""
-    mask = batch["loss_mask"]
-    advantages = torch.zeros_like(mask)
-    returns: torch.Tensor | None = None
-    metrics: dict[str, float] = {}
-    settings = advantage_settings(cfg)
-    for i, domain in enumerate(domains):
-        rows = (batch["domain_index"] == i).nonzero().squeeze(1)
-        if not len(rows):
-            continue
-        adv, ret = compute_advantages(cfg.adv_estimator, domain_inputs(batch, rows), settings)
-        advantages[rows] = adv
-        if ret is not None:
-            returns = torch.zeros_like(mask) if returns is None else returns
-            returns[rows] = ret
-        tokens = mask[rows].sum()
-        metrics[f"{domain}/advantage/abs_mean"] = float(adv.abs().sum() / tokens) if tokens else 0.0
-    batch = batch.with_tensor("advantages", advantages)
-    return (batch if returns is None else batch.with_tensor("returns", returns)), metrics

@@ -217,6 +217,7 @@ def test_grouped_estimators_find_ragged_groups_by_index_and_broadcast():
 
 def test_every_estimator_honours_the_contract():
     inp = ragged_inputs()
+    inp.values = torch.rand(inp.loss_mask.shape)
     for name in ADVANTAGE_ESTIMATORS:
         adv, returns = compute_advantages(name, inp)
         for t in (adv, returns):
@@ -232,8 +233,55 @@ def test_row_order_does_not_matter():
     perm = torch.tensor([4, 1, 0, 3, 2])
     shuffled = AdvantageInputs(scores=inp.scores[perm], valid=inp.valid[perm], group_index=inp.group_index[perm],
                                loss_mask=inp.loss_mask[perm])
+    inp.values = torch.rand(inp.loss_mask.shape)
+    shuffled.values = inp.values[perm]
     for name in ADVANTAGE_ESTIMATORS:
         torch.testing.assert_close(compute_advantages(name, shuffled)[0], compute_advantages(name, inp)[0][perm])
+
+
+# ragged_inputs' loss tokens: row 0 two tokens (score 1), row 1 three (2), row 2 four (0), row 4 one (0)
+REINFORCE_PP = [0.217643, 1.305857, -0.870572, 0.0, -0.870572]
+
+
+def test_reinforce_batch_baseline():
+    # sequence returns of the rows with loss tokens: [1, 2, 0, 0], baseline 0.75 -> A = score - 0.75 per token
+    inp = ragged_inputs()
+    adv, returns = compute_advantages("reinforce", inp)
+    close(adv, (torch.tensor([0.25, 1.25, -0.75, 0.0, -0.75])[:, None] * inp.loss_mask).tolist())
+    close(returns, (torch.tensor([1.0, 2.0, 0.0, 0.0, 0.0])[:, None] * inp.loss_mask).tolist())
+
+
+def test_reinforce_pp_whitens_returns_over_every_loss_token():
+    # 10 tokens: 1 (x2), 2 (x3), 0 (x5): mean 0.8, deviations 0.2, 1.2, -0.8, unbiased var = 7.6 / 9 = 0.844444,
+    # std 0.918937 -> 0.217643, 1.305857, -0.870572
+    inp = ragged_inputs()
+    adv, returns = compute_advantages("reinforce_pp", inp)
+    close(adv, (torch.tensor(REINFORCE_PP)[:, None] * inp.loss_mask).tolist())
+    close(returns, (torch.tensor([1.0, 2.0, 0.0, 0.0, 0.0])[:, None] * inp.loss_mask).tolist())
+
+
+def test_gae_estimator_whitens_and_returns_the_lambda_returns():
+    # constant values 0.5, gamma = lambda = 1: raw A = score - 0.5 on every token, the same deviations as the
+    # REINFORCE++ case above -> the same whitened advantages; returns = A_raw + V = the score
+    inp = ragged_inputs()
+    inp.values = torch.full(inp.loss_mask.shape, 0.5)
+    adv, returns = compute_advantages("gae", inp, AdvantageSettings(gamma=1.0, lam=1.0))
+    close(adv, (torch.tensor(REINFORCE_PP)[:, None] * inp.loss_mask).tolist())
+    close(returns, (torch.tensor([1.0, 2.0, 0.0, 0.0, 0.0])[:, None] * inp.loss_mask).tolist())
+    inp.values = None
+    with pytest.raises(ValueError, match="needs the critic's values"):
+        compute_advantages("gae", inp)
+
+
+def test_group_estimators_pay_the_kl_in_the_reward():
+    # token rewards carry a KL penalty: a row's sequence reward is their sum. group 7: row 0 pays 0.5 (1 -> 0.5),
+    # the others none: [0.5, 0, 0] -> Dr.GRPO r - mean = [1/3, -1/6, -1/6]
+    inp = ragged_inputs()
+    inp.token_rewards = torch.zeros(inp.loss_mask.shape)
+    inp.token_rewards[0, 1], inp.token_rewards[0, 2] = -0.5, 1.0
+    inp.token_rewards[1, 4] = 2.0
+    adv, _ = compute_advantages("dr_grpo", inp)
+    close(adv, (torch.tensor([1 / 3, 0.0, -1 / 6, 0.0, -1 / 6])[:, None] * inp.loss_mask).tolist())
 
 
 def test_contract_errors():

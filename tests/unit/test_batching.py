@@ -1,21 +1,12 @@
-"""make_train_batch + domain_advantages: rows shuffled, advantages computed per domain and following their rows."""
+"""make_train_batch + the advantage phase: rows shuffled, advantages computed per domain and following their rows."""
 
 import pytest
 import torch
 
-from rlvr.config import AlgorithmConfig
-from rlvr.data.types import Group, Prompt, Sample
-from rlvr.pipeline.batching import domain_advantages, make_train_batch
-from rlvr.workers.rewards.result import RewardResult
-
-
-def group(domain: str, gid: str, rewards: list[float | None], response_len: int = 2) -> Group:
-    prompt = Prompt(uid=gid, domain=domain, ground_truth="1", prompt_ids=[1, 2])
-    samples = [Sample(prompt=prompt, group_id=gid, index=i, response_ids=[3 + i] * (response_len + i),
-                      response_text=f"{gid}-{i}", finish_reason="stop", policy_version=0,
-                      reward=RewardResult(r, r > 0) if r is not None else RewardResult.failed("error", "x"))
-               for i, r in enumerate(rewards)]
-    return Group(gid, prompt, samples)
+from rlvr.config import config_from_dict
+from rlvr.pipeline.advantage_step import AdvantageStep
+from rlvr.pipeline.batching import make_train_batch
+from tests.helpers.groups import group
 
 
 def test_advantages_per_domain_follow_their_rows():
@@ -23,7 +14,11 @@ def test_advantages_per_domain_follow_their_rows():
               "b": [group("b", "b0", [1.0, 0.0, None])]}
     batch, samples, metrics = make_train_batch(groups, ["a", "b"], pad_id=0, seed=3)
     assert sorted(s.response_text for s in samples) == ["a0-0", "a0-1", "a1-0", "a1-1", "b0-0", "b0-1", "b0-2"]
-    batch, adv_metrics = domain_advantages(batch, ["a", "b"], AlgorithmConfig(preset="reinforce_pp"))
+    reward = {"worker": "rlvr.workers.rewards.math_rule.MathRuleRewardWorker"}
+    cfg = config_from_dict({"data": {"train_files": ["t.jsonl"]}, "domains": {"a": {"reward": reward},
+                            "b": {"reward": reward}}, "rollout": {"domain_interleave_probs": {"a": 0.5, "b": 0.5}},
+                            "algorithm": "reinforce_pp_baseline"})
+    batch, adv_metrics = AdvantageStep(cfg)(batch)
     # domain a alone: centred [0.5, -0.5, 1, -1], whitened by its own std 0.912871 (test_advantages:
     # test_reinforce_pp_baseline_basic) -> [0.547722, -0.547722, 1.095444, -1.095444]
     # domain b alone: centred [0.5, -0.5], std 0.707107 -> [0.707106, -0.707106]; the failed one 0
