@@ -7,8 +7,8 @@ Each algorithm (an `algorithm` preset) runs with the same config, data, steps an
 process. With one algorithm it prints a table per step: mean training reward per domain and, on validation steps,
 val_correct per domain and overall (greedy decoding on the held-out split). With several it prints one table of
 val_correct per domain every `--eval-every` steps per algorithm, then each algorithm's step time (median and
-range over its training steps after step 0, validation excluded) and its ratio to the first algorithm's, the critic's and the
-reference's cost included. A benchmark, not a test: the trend is reported as it comes.
+range over its training steps after step 0, validation excluded) and its ratio to the first algorithm's, the
+critic's and the reference's cost included. A benchmark, not a test: the trend is reported as it comes.
 """
 
 from __future__ import annotations

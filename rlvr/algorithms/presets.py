@@ -10,9 +10,9 @@ docs/algorithms.md has the full table (paper, keys, defaults); in short:
 | reinforce_pp          | REINFORCE++: token returns, global whitening | ppo clip       | k1 in the reward, 0.01      |
 | reinforce_pp_baseline | group mean, batch whitening             | ppo clip            | none                        |
 | ppo                   | GAE over critic values, whitened        | ppo clip            | k1 in the reward, 0.001     |
-| topr                  | batch-mean baseline                     | tapered off-policy REINFORCE | none               |
-| gspo                  | group mean / std                        | sequence-ratio clip 3e-4/4e-4, seq-mean-token-mean | none |
-| dapo                  | group mean / std                        | clip 0.2/0.28       | none; overlong shaping, zero-spread filter |
+| topr                  | batch-mean baseline                     | TOPR (tapered)      | none                        |
+| gspo                  | group mean / std                        | GSPO sequence ratio | none                        |
+| dapo                  | group mean / std                        | clip 0.2/0.28       | none; overlong, zero-spread |
 
 The KL loss term is off in every preset (kl_loss_coef: 0): recent recipes (DAPO, Dr.GRPO) drop it for verifiable
 rewards, and it costs a reference forward pass. Set `algorithm.kl_loss_coef` to turn it on.

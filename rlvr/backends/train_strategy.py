@@ -288,4 +288,5 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-__all__ = ["CAUSAL_LM", "LossFn", "MicroLossFn", "ModelSpec", "TrainStrategy", "causal_lm_logits", "lr_lambda", "rng_states", "set_rng_states", "to_device"]
+__all__ = ["CAUSAL_LM", "LossFn", "MicroLossFn", "ModelSpec", "TrainStrategy", "causal_lm_logits", "lr_lambda",
+           "rng_states", "set_rng_states", "to_device"]

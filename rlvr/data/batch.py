@@ -103,8 +103,8 @@ def build_train_batch(samples: list[Sample], pad_id: int, mask_truncated: bool =
                "scores": torch.tensor([s.reward.reward if s.scored_ok else float("nan") for s in samples],
                                       dtype=torch.float32),
                "valid": torch.tensor([s.scored_ok for s in samples], dtype=torch.bool),
-               "group_index": torch.tensor([groups.setdefault((s.prompt.domain, s.group_id), len(groups)) for s in samples],
-                                           dtype=torch.long),
+               "group_index": torch.tensor([groups.setdefault((s.prompt.domain, s.group_id), len(groups))
+                                            for s in samples], dtype=torch.long),
                "domain_index": torch.tensor([domains.index(s.prompt.domain) for s in samples], dtype=torch.long)}
     if samples and all(s.logprobs is not None for s in samples):
         # The behaviour policy's logprob of each response token, aligned with the targets like loss_mask.

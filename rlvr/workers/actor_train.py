@@ -73,7 +73,8 @@ class ActorTrainWorker(_PolicyForward):
         algo = cfg.algorithm
         self.settings = ObjectiveSettings(
             policy_loss=algo.policy_loss, topr_positive_weight=algo.topr_positive_weight,
-            topr_negative_weight=algo.topr_negative_weight, clip_eps_low=algo.clip_eps_low, clip_eps_high=algo.clip_eps_high, dual_clip_c=algo.dual_clip_c,
+            topr_negative_weight=algo.topr_negative_weight, clip_eps_low=algo.clip_eps_low,
+            clip_eps_high=algo.clip_eps_high, dual_clip_c=algo.dual_clip_c,
             loss_agg_mode=algo.loss_agg_mode, kl_loss_coef=algo.kl_loss_coef, kl_estimator=algo.kl_estimator,
             entropy_coef=algo.entropy_coef, max_response_len=cfg.generation.max_new_tokens,
             decoupled=algo.decoupled_loss, behaviour_weight_cap=algo.behaviour_weight_cap)

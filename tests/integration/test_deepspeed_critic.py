@@ -87,7 +87,8 @@ def results(tmp_path_factory):
     print(f"\ncritic ranks: {time.time() - t0:.1f}s")
     for job in JOBS:
         a, b = w1[job["name"]][0], w2[job["name"]][0]
-        print(f"{job['name']}: grad W1~W2 {rel(a['grads'], b['grads']):.2e}, W2~torch {rel(b['grads'], ref['grads']):.2e}"
+        print(f"{job['name']}: grad W1~W2 {rel(a['grads'], b['grads']):.2e}, "
+              f"W2~torch {rel(b['grads'], ref['grads']):.2e}"
               f", update W1~W2 {rel(update(a), update(b)):.2e}, W2~torch {rel(update(b), update(ref)):.2e}")
     return w1, w2, ref
 
