@@ -11,17 +11,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from rlvr.algorithms.presets import PRESETS, expand_preset, expand_preset_sections
+from rlvr.algorithms.presets import PRESETS, expand_preset_sections
+from rlvr.config_algorithm import (WHOLE_BATCH_ESTIMATORS, AlgorithmConfig, KLControlConfig,  # noqa: F401
+                                   RewardProcessingConfig)
+from rlvr.config_base import Strict, _KeyedError, _keyed
 
 
 class ConfigError(ValueError):
     """A configuration problem, with the key and its origin in the message."""
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class RunConfig(Strict):
@@ -97,6 +98,8 @@ class JudgeServerConfig(Strict):
 
 class DomainConfig(Strict):
     reward: RewardConfig
+    # Overrides of algorithm.reward_processing for this domain, key by key (RewardProcessingConfig's keys).
+    reward_processing: dict[str, Any] = {}
 
 
 class FilterConfig(Strict):
@@ -200,29 +203,32 @@ class DeepSpeedConfig(Strict):
     bf16_weights: bool = True
 
 
-class ActorTrainConfig(Strict):
+class TrainerConfig(Strict):
+    """What every trained model (actor_train, critic) sets: strategy, data parallelism, optimizer, schedule,
+    batching. The two sections are separate, so the critic has its own learning rate, batches and ZeRO stage."""
+
     strategy: Literal["torch", "deepspeed"] = "torch"  # torch: one process, for the smallest setups
     world_size: int = Field(1, ge=1)  # data-parallel ranks (one process group); > 1 needs strategy: deepspeed
     deepspeed: DeepSpeedConfig = DeepSpeedConfig()
-    # GPUs per rank (Ray resource; the reference worker takes the same). None: 1 when the Ray cluster has GPUs,
-    # else 0 (CPU). A fraction lets ranks share a GPU with other workers (e.g. actor_infer on a 1-GPU machine).
+    # GPUs per rank (Ray resource; the reference worker takes actor_train's). None: 1 when the Ray cluster has
+    # GPUs, else 0 (CPU). A fraction lets ranks share a GPU with other workers (e.g. actor_infer on a 1-GPU machine).
     num_gpus_per_worker: float | None = Field(None, ge=0)
-    lr: float = Field(1e-6, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup_steps: int = Field(0, ge=0)
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    max_grad_norm: float | None = 1.0
+    lr: float = Field(1e-6, gt=0)  # learning rate (AdamW)
+    weight_decay: float = Field(0.0, ge=0)  # AdamW weight decay
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
+    warmup_steps: int = Field(0, ge=0)  # linear learning-rate warm-up steps
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # learning-rate schedule after warm-up
+    max_grad_norm: float | None = 1.0  # gradient clipping norm (None: no clipping)
     mini_batch_size: int | None = Field(None, ge=1)  # sequences per optimizer step; None: one step per batch
     micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (gradient accumulation)
-    ppo_epochs: int = Field(1, ge=1)
+    ppo_epochs: int = Field(1, ge=1)  # passes over each batch
+    # bf16 autocast in forward and backward (fp32 weights unless deepspeed.bf16_weights)
     bf16_autocast: bool = True
-    gradient_checkpointing: bool = False
-    torch_threads: int | None = None
-    weight_sync_check_every: int = Field(1, ge=0)  # logprob parity check after weight sync; 0: never
+    gradient_checkpointing: bool = False  # recompute activations in backward to save memory
+    torch_threads: int | None = None  # CPU threads of the trainer (None: every core)
 
     @model_validator(mode="after")
-    def _world_size_needs_deepspeed(self) -> "ActorTrainConfig":
+    def _world_size_needs_deepspeed(self) -> "TrainerConfig":
         if self.world_size > 1 and self.strategy != "deepspeed":
             raise _keyed("world_size", f"{self.world_size} ranks need strategy: deepspeed (the torch strategy is "
                          "one process)")
@@ -234,40 +240,36 @@ class ActorTrainConfig(Strict):
         return self.strategy == "deepspeed" and self.bf16_autocast and self.deepspeed.bf16_weights
 
 
-class AlgorithmConfig(Strict):
-    """Loss and advantage settings. `preset` expands to documented defaults (rlvr/algorithms/presets.py);
-    every other key here overrides the preset's value."""
+class ActorTrainConfig(TrainerConfig):
+    weight_sync_check_every: int = Field(1, ge=0)  # logprob parity check after weight sync; 0: never
 
-    preset: str = "grpo"
-    adv_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"] = "grpo"
-    norm_adv_by_std: bool = True
-    clip_eps_low: float = Field(0.2, ge=0)
-    clip_eps_high: float = Field(0.2, ge=0)
-    dual_clip_c: float | None = Field(None, gt=1)
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
-        "token-mean"
-    )
-    kl_loss_coef: float = Field(0.0, ge=0)  # > 0 starts the reference cluster
-    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl", "abs"] = "low_var_kl"
-    entropy_coef: float = 0.0
-    # DAPO soft overlong punishment (rlvr/algorithms/reward_shaping.py); L_max = generation.max_new_tokens.
-    overlong_shaping: bool = False
-    overlong_cache_len: int | None = Field(None, ge=1)  # None: a quarter of max_new_tokens
-    overlong_penalty_factor: float = Field(1.0, ge=0)
-    # Decoupled PPO (AReaL, arXiv 2505.24298) for off-policy data: the clip is around the proximal policy (the
-    # trainer's current weights, one extra forward), and each token is weighted by pi_prox / pi_behaviour,
-    # capped at behaviour_weight_cap.
-    decoupled_loss: bool = False
-    behaviour_weight_cap: float = Field(2.0, gt=0)
 
-    @model_validator(mode="before")
+class CriticConfig(TrainerConfig):
+    """The value model of GAE (rlvr/workers/critic.py): a causal-LM backbone + a scalar value head. Started only
+    when algorithm.adv_estimator needs values; ignored (with a warning when set) otherwise."""
+
+    # None: the actor's initial weights (model.path), as in verl / ROLL / OpenRLHF; or a local HF model directory
+    # (a causal LM: its backbone, with a new value head), or a critic saved by rlvr (backbone and head).
+    model_path: str | None = None
+    lr: float = Field(1e-5, gt=0)  # a new value head needs a larger rate than the policy
+    cliprange_value: float | None = Field(0.5, gt=0)  # PPO value clipping around the old values; None: none
+    # how the value loss is averaged over tokens and sequences (as algorithm.loss_agg_mode for the policy)
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    critic_warmup: int = Field(0, ge=0)  # the first steps train the critic only (the actor waits)
+
+    @field_validator("model_path")
     @classmethod
-    def _expand(cls, data: Any) -> Any:
-        if isinstance(data, str):
-            data = {"preset": data}
-        if isinstance(data, dict):
-            data = expand_preset(data)
-        return data
+    def _model_path_exists(cls, path: str | None) -> str | None:
+        from rlvr.models.default_model import DEFAULT_MODEL_NAME
+
+        if path is None or path == DEFAULT_MODEL_NAME:
+            return path
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise ValueError(f"{path!r} does not exist (a local model directory is expected)")
+        if not (p / "config.json").is_file():
+            raise ValueError(f"{path!r} has no config.json (not a model directory)")
+        return path
 
 
 class Config(Strict):
@@ -281,6 +283,7 @@ class Config(Strict):
     generation: GenerationConfig = GenerationConfig()
     validation: ValidationConfig = ValidationConfig()
     actor_train: ActorTrainConfig = ActorTrainConfig()
+    critic: CriticConfig = CriticConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     judge_server: JudgeServerConfig = JudgeServerConfig()
     overlap: OverlapConfig = OverlapConfig()
@@ -319,14 +322,29 @@ class Config(Strict):
         if band is not None and band[0] > band[1]:
             raise _keyed("rollout.filter.mean_band", f"low {band[0]} > high {band[1]}")
         batch = self.rollout.prompts_per_step * self.rollout.group_size
-        mini = self.actor_train.mini_batch_size
-        if mini is not None and batch % mini:
-            raise _keyed(
-                "actor_train.mini_batch_size",
-                f"{mini} must divide the batch of {batch} sequences (prompts_per_step x group_size)",
-            )
+        for section in ("actor_train", "critic"):
+            mini = getattr(self, section).mini_batch_size
+            if mini is not None and batch % mini:
+                raise _keyed(f"{section}.mini_batch_size",
+                             f"{mini} must divide the batch of {batch} sequences (prompts_per_step x group_size)")
+        for domain in self.domains:
+            self.reward_processing(domain)  # an unknown or invalid override is an error naming its key
+        if self.algorithm.needs_critic and self.critic.critic_warmup >= self.run.max_steps:
+            raise _keyed("critic.critic_warmup", f"{self.critic.critic_warmup} warm-up steps leave no step of "
+                         f"run.max_steps={self.run.max_steps} for the actor")
         self._check_overlap()
         return self
+
+    def reward_processing(self, domain: str) -> RewardProcessingConfig:
+        """algorithm.reward_processing with domains.<domain>.reward_processing's keys over it."""
+        override = self.domains[domain].reward_processing
+        try:
+            return RewardProcessingConfig(**{**self.algorithm.reward_processing.model_dump(), **override})
+        except ValidationError as err:
+            item = err.errors()[0]
+            key = ".".join(str(p) for p in item["loc"])
+            raise _keyed(f"domains.{domain}.reward_processing.{key}",
+                         "unknown key" if item["type"] == "extra_forbidden" else item["msg"]) from None
 
     def _check_overlap(self) -> None:
         overlap, train = self.overlap, self.actor_train
@@ -337,9 +355,19 @@ class Config(Strict):
                              f"they complete: set a multiple of rollout.group_size={group}, got {mini}")
             if train.ppo_epochs != 1:
                 raise _keyed("actor_train.ppo_epochs", "overlap.mini_batch_pipeline makes one pass (ppo_epochs=1)")
-            if self.algorithm.adv_estimator == "reinforce_pp_baseline":
-                raise _keyed("algorithm.adv_estimator", "reinforce_pp_baseline whitens over the whole batch, which "
+            estimator = self.algorithm.adv_estimator
+            if estimator in WHOLE_BATCH_ESTIMATORS:
+                raise _keyed("algorithm.adv_estimator", f"{estimator} {WHOLE_BATCH_ESTIMATORS[estimator]}, which "
                              "overlap.mini_batch_pipeline never holds at once; use grpo, dr_grpo or rloo")
+            for domain in self.domains:
+                rp = self.reward_processing(domain)
+                for key in ("norm_mean_type", "norm_std_type"):
+                    if getattr(rp, key) == "batch":
+                        section = (f"domains.{domain}" if key in self.domains[domain].reward_processing
+                                   else "algorithm")
+                        where = f"{section}.reward_processing.{key}"
+                        raise _keyed(where, "batch normalisation needs the whole batch, which overlap."
+                                     "mini_batch_pipeline never holds at once; use group or running")
         if self.uses_behaviour_logprobs and not self.generation.return_logprobs:
             # The behaviour policy's logprobs anchor the PPO ratio of data the trainer can no longer recompute.
             self.generation.return_logprobs = True
@@ -361,21 +389,12 @@ class Config(Strict):
 
     @property
     def needs_reference(self) -> bool:
-        return self.algorithm.kl_loss_coef > 0
+        """A KL term of either kind: the loss (kl_loss_coef > 0) or the reward (use_kl_in_reward)."""
+        return self.algorithm.kl_loss_coef > 0 or self.algorithm.use_kl_in_reward
 
     @property
     def train_batch_size(self) -> int:
         return self.rollout.prompts_per_step * self.rollout.group_size
-
-
-class _KeyedError(ValueError):
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key, self.message = key, message
-
-
-def _keyed(key: str, message: str) -> _KeyedError:
-    return _KeyedError(key, message)
 
 
 # ---------------------------------------------------------------------------------------------------- loading
@@ -441,7 +460,9 @@ def _describe(err: ValidationError, path: Path, overridden: dict[str, str]) -> s
             msg = "unknown key"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
-        origin = next((f"override '{o}'" for k, o in overridden.items() if key == k or key.startswith(k + ".")), None)
+        # the most specific override that covers the key (`algorithm=ppo algorithm.lam=2`: the second)
+        matches = [k for k in overridden if key == k or key.startswith(k + ".")]
+        origin = f"override '{overridden[max(matches, key=len)]}'" if matches else None
         lines.append(f"{origin or path}: {key or '<top level>'}: {msg}")
     return "invalid configuration:\n  " + "\n  ".join(lines)
 

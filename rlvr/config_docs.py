@@ -72,16 +72,6 @@ MEANINGS: dict[str, str] = {
     "generation.top_k": "top-k sampling (0: off)",
     "validation.temperature": "sampling temperature of validation",
     "validation.max_prompts_per_domain": "validation prompts per domain (None: all)",
-    "actor_train.lr": "learning rate (AdamW)",
-    "actor_train.weight_decay": "AdamW weight decay",
-    "actor_train.betas": "AdamW betas",
-    "actor_train.warmup_steps": "linear learning-rate warm-up steps",
-    "actor_train.lr_schedule": "learning-rate schedule after warm-up",
-    "actor_train.max_grad_norm": "gradient clipping norm (None: no clipping)",
-    "actor_train.ppo_epochs": "passes over each batch",
-    "actor_train.bf16_autocast": "bf16 autocast in forward and backward (fp32 weights unless deepspeed.bf16_weights)",
-    "actor_train.gradient_checkpointing": "recompute activations in backward to save memory",
-    "actor_train.torch_threads": "CPU threads of the trainer (None: every core)",
     "algorithm.adv_estimator": "advantage estimator (rlvr/algorithms/advantages.py)",
     "algorithm.norm_adv_by_std": "divide group-relative advantages by the group's standard deviation",
     "algorithm.clip_eps_low": "PPO ratio clip below 1 (1 - eps)",
@@ -180,7 +170,10 @@ def _cell(text: str) -> str:
 def sections(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, type[BaseModel], list[list[str]]]]:
     """(section path, model, rows [key, type, default, bounds, meaning]) in declaration order, nested sections
     after their parent."""
-    comments, annotations = source_comments(model), source_annotations(model)
+    comments, annotations = {}, {}
+    for cls in reversed([c for c in model.__mro__ if issubclass(c, BaseModel) and c.__module__.startswith("rlvr")]):
+        comments.update(source_comments(cls))  # inherited fields (TrainerConfig's) keep their comments
+        annotations.update(source_annotations(cls))
     rows, children = [], []
     for name, info in model.model_fields.items():
         key = f"{prefix}{name}"

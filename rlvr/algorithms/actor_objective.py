@@ -11,11 +11,14 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.algorithms.kl import kl_penalty
-from rlvr.algorithms.policy_loss import aggregate_loss, behaviour_weights, ppo_clip_loss
+from rlvr.algorithms.policy_loss import aggregate_loss, behaviour_weights, gspo_loss, ppo_clip_loss, topr_loss
 
 
 @dataclass(frozen=True)
 class ObjectiveSettings:
+    policy_loss: str = "ppo"  # ppo | gspo | topr
+    topr_positive_weight: float = 1.0
+    topr_negative_weight: float = 1.0
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     dual_clip_c: float | None = None
@@ -44,8 +47,7 @@ def actor_objective(
     # behaviour logprobs for data the trainer can no longer recompute (mini-batch pipeline, off-policy), or
     # the proximal policy's for the decoupled loss.
     old_logp = tensors["old_logp"] if "old_logp" in tensors else logp.detach()
-    pg, pg_stats = ppo_clip_loss(logp, old_logp, tensors["advantages"], mask, settings.clip_eps_low,
-                                 settings.clip_eps_high, settings.dual_clip_c)
+    pg, pg_stats = policy_gradient_loss(logp, old_logp, tensors["advantages"], mask, settings)
     if settings.decoupled:
         weights, w_stats = behaviour_weights(old_logp, tensors["behav_logp"], mask, settings.behaviour_weight_cap)
         pg = pg * weights
@@ -70,3 +72,17 @@ def actor_objective(
     stats["entropy"] = ent.detach()
     stats["loss"] = loss.detach()
     return loss, stats
+
+
+def policy_gradient_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                         settings: ObjectiveSettings) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The per-token policy-gradient loss that `settings.policy_loss` names (rlvr/algorithms/policy_loss.py)."""
+    if settings.policy_loss == "ppo":
+        return ppo_clip_loss(logp, old_logp, advantages, mask, settings.clip_eps_low, settings.clip_eps_high,
+                             settings.dual_clip_c)
+    if settings.policy_loss == "gspo":
+        return gspo_loss(logp, old_logp, advantages, mask, settings.clip_eps_low, settings.clip_eps_high)
+    if settings.policy_loss == "topr":
+        return topr_loss(logp, old_logp, advantages, mask, settings.topr_positive_weight,
+                         settings.topr_negative_weight)
+    raise ValueError(f"unknown policy loss {settings.policy_loss!r}; valid: ppo, gspo, topr")

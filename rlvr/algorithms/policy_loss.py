@@ -9,7 +9,8 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ["ppo_clip_loss", "behaviour_weights", "aggregate_loss", "entropy_from_logits", "LOSS_AGG_MODES"]
+__all__ = ["ppo_clip_loss", "gspo_loss", "topr_loss", "behaviour_weights", "aggregate_loss", "entropy_from_logits",
+           "LOSS_AGG_MODES"]
 
 LOSS_AGG_MODES: tuple[str, ...] = (
     "token-mean",
@@ -103,6 +104,107 @@ def ppo_clip_loss(
             "approx_kl": _masked_mean((old_logp - logp).detach(), mask),
             "ratio_mean": _masked_mean(ratio.detach(), mask),
         }
+    return loss, stats
+
+
+def _check_shapes(logp, old_logp, advantages, mask) -> None:
+    if not (logp.shape == old_logp.shape == advantages.shape == mask.shape) or logp.dim() != 2:
+        raise ValueError(
+            "logp, old_logp, advantages and mask must share a [B, T] shape, got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(advantages.shape)}, {tuple(mask.shape)}"
+        )
+
+
+def _sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum over the row's loss tokens of (logp - old_logp), detached: log pi(y|x) / pi_old(y|x). [B]"""
+    keep = mask.to(torch.bool)
+    return torch.where(keep, (logp - old_logp).detach(), torch.zeros_like(logp)).sum(dim=-1)
+
+
+def gspo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO (Zheng et al., arXiv 2507.18071): PPO's clipped surrogate on a sequence-level importance ratio.
+
+        s_i     = (pi(y_i|x) / pi_old(y_i|x)) ^ (1/|y_i|) = exp( mean_t (logp - old_logp) )   (length-normalised)
+        s_i,t   = sg[s_i] * pi(y_i,t) / sg[pi(y_i,t)]          (value s_i; gradient s_i * grad log pi(y_i,t))
+        L_i,t   = max( -A * s_i,t,  -A * clip(s_i,t, 1 - clip_low, 1 + clip_high) )
+
+    Every token of a sequence shares the ratio and so the clip decision: a sequence is kept or clipped as a whole,
+    which is what makes GSPO robust to the token-level ratio noise of long responses (and of MoE routing).
+    Aggregated with seq-mean-token-mean, the gradient is the paper's: (1/G) sum_i s_i A_i (1/|y_i|) sum_t grad
+    log pi(y_i,t). The paper's clip range is tiny (3e-4 / 4e-4) because s_i is a per-token geometric mean. With
+    A broadcast per sequence this is the paper's GSPO; a token-level A gives its "GSPO-token" variant. The
+    log-ratio is capped at 10 before exp (verl's guard).
+
+    Returns:
+        per-token loss [B, T] (0 off the mask) and stats over the masked tokens: clipfrac (tokens of clipped
+        sequences), approx_kl (k1 of old vs new), ratio_mean (mean sequence ratio, token-weighted).
+    """
+    _check_shapes(logp, old_logp, advantages, mask)
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
+    keep = mask.to(torch.bool)
+    lengths = keep.sum(dim=-1).clamp(min=1)
+    seq_log_ratio = _sequence_log_ratio(logp, old_logp, mask) / lengths
+    log_ratio = torch.clamp(logp - logp.detach() + seq_log_ratio[:, None], max=10.0)
+    ratio = torch.exp(log_ratio)
+    pg_unclipped = -advantages * ratio
+    pg_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.where(keep, torch.maximum(pg_unclipped, pg_clipped), torch.zeros_like(logp))
+    with torch.no_grad():
+        stats = {"clipfrac": _masked_mean((pg_clipped > pg_unclipped).to(logp.dtype), mask),
+                 "approx_kl": _masked_mean((old_logp - logp).detach(), mask),
+                 "ratio_mean": _masked_mean(ratio.detach(), mask)}
+    return loss, stats
+
+
+def topr_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    positive_weight: float = 1.0,
+    negative_weight: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TOPR, Tapered Off-Policy REINFORCE (Le Roux et al., arXiv 2503.14286, eq. 8):
+
+        grad J = sum_{A >= 0} mu(y) A grad log pi(y)  +  sum_{A < 0} mu(y) [pi(y)/mu(y)]_0^1 A grad log pi(y)
+        L_t    = -sg(w) * A_t * logp_t,   w = positive_weight                          where A_t >= 0
+                                          w = negative_weight * min(1, pi(y)/mu(y))     where A_t < 0
+
+    mu is the policy that generated the samples (old_logp) and pi(y)/mu(y) is the ratio of whole sequences
+    (exp of the summed token log-ratios), truncated to [0, 1]. Positive samples get the plain (SFT-like) REINFORCE
+    gradient however unlikely they have become; negative ones are tapered as pi moves away from them, so pushing
+    down a sequence pi no longer produces stops, the instability of off-policy REINFORCE with negative rewards.
+    On-policy (pi = mu) the gradient is REINFORCE's. With 0/1 rewards the sign comes from the baseline (the
+    paper's c; adv_estimator reinforce's batch mean, or algorithm.reward_processing.reward_shift).
+
+    Returns:
+        per-token loss [B, T] (0 off the mask) and stats over the masked tokens: positive_frac, truncated_frac
+        (negative tokens whose sequence ratio is below 1, i.e. tapered), ratio_mean (the truncated ratio over the
+        negative tokens' sequences, token-weighted; 1 when there are none).
+    """
+    _check_shapes(logp, old_logp, advantages, mask)
+    keep = mask.to(torch.bool)
+    seq_ratio = torch.exp(torch.clamp(_sequence_log_ratio(logp, old_logp, mask), max=0.0))  # min(1, pi/mu)
+    positive = advantages >= 0
+    weights = torch.where(positive, torch.full_like(logp, positive_weight),
+                          negative_weight * seq_ratio[:, None].expand_as(logp)).detach()
+    loss = torch.where(keep, -weights * advantages * logp, torch.zeros_like(logp))
+    with torch.no_grad():
+        negative = keep & ~positive
+        ratio_tok = seq_ratio[:, None].expand_as(logp).to(logp.dtype)
+        stats = {"positive_frac": _masked_mean(positive.to(logp.dtype), mask),
+                 "truncated_frac": _masked_mean((ratio_tok < 1).to(logp.dtype), negative),
+                 "ratio_mean": torch.where(negative.any(), _masked_mean(ratio_tok, negative),
+                                           torch.ones((), dtype=logp.dtype, device=logp.device)),
+                 "approx_kl": _masked_mean((old_logp - logp).detach(), mask)}
     return loss, stats
 
 

@@ -1,15 +1,20 @@
 """Named algorithm presets: `algorithm: <name>` expands to these values; any key the user sets wins.
+docs/algorithms.md has the full table (paper, keys, defaults); in short:
 
-| preset       | advantages                         | loss aggregation          | notes                              |
-|--------------|------------------------------------|---------------------------|------------------------------------|
-| grpo         | group mean / std (DeepSeekMath)    | token-mean                | symmetric clip 0.2, no KL by default|
-| dr_grpo      | group mean only (no std division)  | seq-mean-token-sum-norm   | Dr.GRPO (arXiv 2503.20783)         |
-| rloo         | leave-one-out mean                 | token-mean                | RLOO (arXiv 2402.14740)            |
-| reinforce_pp | group mean, batch whitening        | token-mean                | REINFORCE++-baseline               |
-| dapo         | group mean / std                   | token-mean                | clip 0.2/0.28, overlong shaping,   |
-|              |                                    |                           | zero-spread filter with refill     |
+| preset                | advantages                              | policy loss         | KL                          |
+|-----------------------|-----------------------------------------|---------------------|-----------------------------|
+| grpo                  | group mean / std (DeepSeekMath)         | ppo clip, token-mean| none                        |
+| dr_grpo               | group mean only                         | seq-mean-token-sum-norm | none                    |
+| rloo                  | leave-one-out mean                      | ppo clip            | none                        |
+| reinforce             | batch-mean baseline (plain REINFORCE)   | ppo clip (ratio 1 on-policy) | none               |
+| reinforce_pp          | REINFORCE++: token returns, global whitening | ppo clip       | k1 in the reward, 0.01      |
+| reinforce_pp_baseline | group mean, batch whitening             | ppo clip            | none                        |
+| ppo                   | GAE over critic values, whitened        | ppo clip            | k1 in the reward, 0.001     |
+| topr                  | batch-mean baseline                     | TOPR (tapered)      | none                        |
+| gspo                  | group mean / std                        | GSPO sequence ratio | none                        |
+| dapo                  | group mean / std                        | clip 0.2/0.28       | none; overlong, zero-spread |
 
-The KL term is off in every preset (kl_loss_coef: 0): recent recipes (DAPO, Dr.GRPO) drop it for verifiable
+The KL loss term is off in every preset (kl_loss_coef: 0): recent recipes (DAPO, Dr.GRPO) drop it for verifiable
 rewards, and it costs a reference forward pass. Set `algorithm.kl_loss_coef` to turn it on.
 """
 
@@ -36,7 +41,21 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "dr_grpo": {"algorithm": {**_COMMON, "adv_estimator": "dr_grpo", "norm_adv_by_std": False,
                               "loss_agg_mode": "seq-mean-token-sum-norm"}},
     "rloo": {"algorithm": {**_COMMON, "adv_estimator": "rloo"}},
-    "reinforce_pp": {"algorithm": {**_COMMON, "adv_estimator": "reinforce_pp_baseline"}},
+    "reinforce": {"algorithm": {**_COMMON, "adv_estimator": "reinforce"}},
+    # REINFORCE++ (Hu et al., arXiv 2501.03262): the KL to the reference in the token rewards (k1, coefficient
+    # 0.01: OpenRLHF's defaults), discounted returns, whitened over every response token of the batch.
+    "reinforce_pp": {"algorithm": {**_COMMON, "adv_estimator": "reinforce_pp", "use_kl_in_reward": True,
+                                   "kl_penalty": "k1", "kl_ctrl": {"type": "fixed", "kl_coef": 0.01}}},
+    "reinforce_pp_baseline": {"algorithm": {**_COMMON, "adv_estimator": "reinforce_pp_baseline"}},
+    # PPO with a critic (verl's defaults): GAE (gamma 1, lambda 0.95), a fixed k1 KL penalty in the reward.
+    "ppo": {"algorithm": {**_COMMON, "adv_estimator": "gae", "gamma": 1.0, "lam": 0.95, "use_kl_in_reward": True,
+                          "kl_penalty": "k1", "kl_ctrl": {"type": "fixed", "kl_coef": 0.001}}},
+    # TOPR (Le Roux et al., arXiv 2503.14286): REINFORCE with a batch-mean baseline; the tapered loss.
+    "topr": {"algorithm": {**_COMMON, "adv_estimator": "reinforce", "policy_loss": "topr"}},
+    # GSPO (Zheng et al., arXiv 2507.18071): group advantages, a sequence-level ratio clipped at (3e-4, 4e-4),
+    # sequences weighted equally.
+    "gspo": {"algorithm": {**_COMMON, "adv_estimator": "grpo", "policy_loss": "gspo", "clip_eps_low": 3e-4,
+                           "clip_eps_high": 4e-4, "loss_agg_mode": "seq-mean-token-mean"}},
     # DAPO (arXiv 2503.14476): clip-higher, token-level loss, soft overlong punishment, dynamic sampling that
     # drops groups whose accuracy is all 0 or all 1 and refills the batch; no KL term.
     "dapo": {
@@ -63,9 +82,10 @@ def _merge(defaults: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
 
 
 def expand_preset(user: dict[str, Any]) -> dict[str, Any]:
-    """The `algorithm` section: preset defaults under the user's keys."""
+    """The `algorithm` section: preset defaults under the user's keys (sub-sections merged key by key, so
+    `algorithm.kl_ctrl.kl_coef=0.05` keeps the preset's kl_ctrl.type)."""
     name = _preset_name({"algorithm": user})
-    return {**PRESETS[name]["algorithm"], **user, "preset": name}
+    return {**_merge(PRESETS[name]["algorithm"], user), "preset": name}
 
 
 def expand_preset_sections(data: dict[str, Any]) -> dict[str, Any]:

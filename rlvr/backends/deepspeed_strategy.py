@@ -28,25 +28,25 @@ from pathlib import Path
 import torch
 
 from rlvr.backends import dist as rdist
-from rlvr.backends.train_strategy import TrainStrategy, causal_lm_logits, lr_lambda, rng_states, set_rng_states
-from rlvr.config import ActorTrainConfig
+from rlvr.backends.train_strategy import (CAUSAL_LM, ModelSpec, TrainStrategy, lr_lambda, rng_states,
+                                          set_rng_states)
+from rlvr.config import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
 CKPT_TAG = "ckpt"
 
 
 class DeepSpeedStrategy(TrainStrategy):
-    def __init__(self, model_path: str, cfg: ActorTrainConfig, *, total_steps: int, seed: int, rank: int,
+    def __init__(self, model_path: str, cfg: TrainerConfig, *, total_steps: int, seed: int, rank: int,
                  world_size: int, master_addr: str, master_port: int, zero_stage: int = 2,
-                 trainable: bool = True, bf16_weights: bool = True):
+                 trainable: bool = True, bf16_weights: bool = True, spec: ModelSpec = CAUSAL_LM):
         if zero_stage not in (2, 3):
             raise ValueError(f"zero_stage must be 2 or 3, got {zero_stage}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
         deepspeed = rdist.import_deepspeed()
-        from transformers import AutoModelForCausalLM
 
-        self.cfg, self.rank, self.world_size, self.zero_stage = cfg, rank, world_size, zero_stage
+        self.cfg, self.rank, self.world_size, self.zero_stage, self.spec = cfg, rank, world_size, zero_stage, spec
         self.trainable = trainable
         # Ranks on one machine share its cores.
         torch.set_num_threads(cfg.torch_threads or max(1, (os.cpu_count() or 1) // world_size))
@@ -59,7 +59,7 @@ class DeepSpeedStrategy(TrainStrategy):
         else:
             self.precision = "bf16" if bf16_weights else "autocast"
         self.ds_config = self._ds_config()
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model = spec.load(model_path)
         self.model_config = model.config
         model.config.use_cache = False
         self.optimizer = self.scheduler = None
@@ -116,15 +116,15 @@ class DeepSpeedStrategy(TrainStrategy):
     def _set_train_mode(self, train: bool) -> None:
         self.module.train(train)
 
-    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
+    def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
         ids, att = micro["input_ids"].to(self.device), micro["attention_mask"].to(self.device)
         if train:  # through the engine: its backward hooks and (precision "autocast") its autocast context
-            return causal_lm_logits(self.engine, ids, att, start)
+            return self.spec.forward(self.engine, ids, att, start)
         # the module itself (ZeRO-3 gathers through module hooks), under our own autocast choice; with bf16
         # weights the forward is bf16 whatever `autocast` says (the module holds no fp32 weights)
         autocast_ctx = self.precision == "autocast" and autocast
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if autocast_ctx else nullcontext():
-            return causal_lm_logits(self.module, ids, att, start)
+            return self.spec.forward(self.module, ids, att, start)
 
     def _begin_micro(self, first: bool, last: bool) -> None:
         self.engine.set_gradient_accumulation_boundary(last)
@@ -181,12 +181,7 @@ class DeepSpeedStrategy(TrainStrategy):
                    path / f"train_state_rank{self.rank}.pt")
         weights = self.named_parameters_for_sync(torch.float32)
         if self.rank == 0:
-            from safetensors.torch import save_file
-
-            (path / "model").mkdir(exist_ok=True)
-            self.model_config.save_pretrained(path / "model")
-            save_file({k: v.contiguous() for k, v in weights.items()}, str(path / "model" / "model.safetensors"),
-                      metadata={"format": "pt"})
+            self.spec.export(weights, self.model_config, path / "model")
         rdist.barrier()
 
     def load(self, directory: str) -> None:

@@ -12,24 +12,23 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
-from rlvr.backends.train_strategy import (LossFn, TrainStrategy, causal_lm_logits, lr_lambda, rng_states,
+from rlvr.backends.train_strategy import (CAUSAL_LM, LossFn, ModelSpec, TrainStrategy, lr_lambda, rng_states,
                                           set_rng_states)
-from rlvr.config import ActorTrainConfig
+from rlvr.config import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
 
 class TorchStrategy(TrainStrategy):
-    def __init__(self, model_path: str, cfg: ActorTrainConfig, *, total_steps: int, seed: int,
-                 trainable: bool = True):
+    def __init__(self, model_path: str, cfg: TrainerConfig, *, total_steps: int, seed: int,
+                 trainable: bool = True, spec: ModelSpec = CAUSAL_LM):
         # Ray sets OMP_NUM_THREADS=1 in actors that reserve no CPU; the compute phases take turns, so each
         # worker may use every core unless the config says otherwise.
         torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
         torch.manual_seed(seed)
-        self.cfg = cfg
+        self.cfg, self.spec = cfg, spec
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        self.model = spec.load(model_path).to(self.device)
         self.trainable = trainable
         if not trainable:
             self.model.eval().requires_grad_(False)
@@ -51,10 +50,10 @@ class TorchStrategy(TrainStrategy):
     def _set_train_mode(self, train: bool) -> None:
         self.model.train(train)
 
-    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
+    def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
         with self._autocast(autocast):
-            return causal_lm_logits(self.model, micro["input_ids"].to(self.device),
-                                    micro["attention_mask"].to(self.device), start)
+            return self.spec.forward(self.model, micro["input_ids"].to(self.device),
+                                     micro["attention_mask"].to(self.device), start)
 
     def _begin_micro(self, first: bool, last: bool) -> None:
         if first:
@@ -75,14 +74,13 @@ class TorchStrategy(TrainStrategy):
     def save(self, directory: str) -> None:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path / "model", safe_serialization=True)
+        self.spec.export(self.named_parameters_for_sync(torch.float32), self.model.config, path / "model")
         torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                     "rng": rng_states()}, path / "train_state.pt")
 
     def load(self, directory: str) -> None:
         path = Path(directory)
-        loaded = AutoModelForCausalLM.from_pretrained(path / "model", dtype=torch.float32)
-        self.model.load_state_dict(loaded.state_dict())
+        self.model.load_state_dict(self.spec.load(str(path / "model")).state_dict())
         state = torch.load(path / "train_state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

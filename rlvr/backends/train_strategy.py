@@ -16,6 +16,10 @@ of micro-batch gradients independent of how rows are grouped):
   * a rank's rows are grouped into micro-batches by length, so short rows are not padded to long ones;
   * logits (lm_head and the vocabulary-wide logsumexp, a large share of a small model's compute) are computed
     only from the first response token of a micro-batch on (`logits_to_keep`): prompt positions have no loss.
+
+What is trained is a `ModelSpec`: a causal LM for actor_train and the reference (`CAUSAL_LM`, logits), or the
+critic's value model (rlvr/models/value_model.py, values). The micro-batching, normalisation, sharding and
+checkpoint code above is the same for both; `update` is the generic loop and `train_step` its policy form.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import inspect
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,15 +38,31 @@ import torch
 from rlvr.algorithms.policy_loss import entropy_from_logits
 from rlvr.backends import dist as rdist
 from rlvr.backends.logprobs import token_logprobs
-from rlvr.config import ActorTrainConfig
+from rlvr.config import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
+# The policy's loss: (logp, entropy, micro-batch, global token count, global sequence count) -> (loss, stats).
 LossFn = Callable[[torch.Tensor, torch.Tensor, TrainBatch, torch.Tensor, torch.Tensor],
                   tuple[torch.Tensor, dict[str, torch.Tensor]]]
+# Any model's loss: (model output from the micro-batch's first loss column on, the micro-batch's loss tensors
+# from that column on, global token count, global sequence count) -> (loss, stats).
+MicroLossFn = Callable[[torch.Tensor, TrainBatch, torch.Tensor, torch.Tensor],
+                       tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a strategy trains: how to load it (fp32), run it on ids from target column `start` on, and export
+    full weights as a directory `load` reads back."""
+
+    load: Callable[[str], torch.nn.Module]
+    forward: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, int], torch.Tensor]
+    export: Callable[[dict[str, torch.Tensor], object, Path], None]
 
 
 class TrainStrategy:
-    cfg: ActorTrainConfig
+    cfg: TrainerConfig
+    spec: ModelSpec
     device: torch.device
     rank: int = 0
     world_size: int = 1
@@ -52,9 +74,10 @@ class TrainStrategy:
     def _set_train_mode(self, train: bool) -> None:
         raise NotImplementedError
 
-    def _logits(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
-        """[B, T-1-start, V] logits predicting input_ids[:, 1+start:] (target columns start..T-2); see
-        `causal_lm_logits`."""
+    def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
+        """The model's output for target columns start..T-2 (`self.spec.forward`): [B, T-1-start, V] logits
+        predicting input_ids[:, 1+start:] for a causal LM (see `causal_lm_logits`), [B, T-1-start] values for the
+        critic."""
         raise NotImplementedError
 
     def _begin_micro(self, first: bool, last: bool) -> None:
@@ -91,18 +114,29 @@ class TrainStrategy:
                          loss_positions_only: bool = False) -> torch.Tensor:
         """[B, T-1] logprobs of each target token, padded back to the batch width with 0. loss_positions_only:
         only where batch["loss_mask"] is 1 (0 elsewhere), skipping the logits of prompt positions; what the
-        reference and old-policy logprobs of the loss need. Collective when world_size > 1: every rank computes
-        its rows, the rows are all-gathered, every rank returns the whole."""
+        reference and old-policy logprobs of the loss need. Collective when world_size > 1."""
+        def logprobs(logits: torch.Tensor, micro: TrainBatch, start: int) -> torch.Tensor:
+            return token_logprobs(logits, micro["input_ids"][:, 1 + start :].to(self.device), temperature)
+
+        return self.forward_columns(batch, logprobs, autocast=autocast, loss_positions_only=loss_positions_only)
+
+    @torch.no_grad()
+    def forward_columns(self, batch: TrainBatch, head: Callable[[torch.Tensor, TrainBatch, int], torch.Tensor], *,
+                        autocast: bool = True, loss_positions_only: bool = False) -> torch.Tensor:
+        """[B, T-1]: `head(model output, micro-batch, start)` of every row's target columns, padded back to the
+        batch width with 0 (loss_positions_only: 0 outside the loss mask, and no model output for the columns
+        before a micro-batch's first loss column). Collective when world_size > 1: every rank computes its rows,
+        the rows are all-gathered, every rank returns the whole."""
         self._set_train_mode(False)
         b, width = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
         local = torch.zeros(math.ceil(b / self.world_size), width)
         for micro, positions in self._shard(batch):
             start = micro.first_loss_column() if loss_positions_only else 0
-            logits = self._logits(micro, train=False, autocast=autocast, start=start)
+            out = self._forward(micro, train=False, autocast=autocast, start=start)
             if positions is None:
                 continue
-            lp = token_logprobs(logits, micro["input_ids"][:, 1 + start :].to(self.device), temperature)
-            local[positions, start : start + lp.shape[1]] = lp.float().cpu()
+            cols = head(out, micro, start)
+            local[positions, start : start + cols.shape[1]] = cols.float().cpu()
         if loss_positions_only:
             mask = batch["loss_mask"][self.rank :: self.world_size]
             local[: len(mask)] *= mask
@@ -118,6 +152,20 @@ class TrainStrategy:
     # ------------------------------------------------------------------ training
     def train_step(self, batch: TrainBatch, loss_fn: LossFn, *, temperature: float = 1.0,
                    need_entropy_grad: bool = False, step_lr: bool = True) -> dict[str, float]:
+        """The policy's update: `update` with logprobs and entropies of the sampled tokens from the logits."""
+        def micro_loss(logits: torch.Tensor, micro: TrainBatch, n_tokens: torch.Tensor, n_seqs: torch.Tensor):
+            start = micro["input_ids"].shape[1] - 1 - logits.shape[1]
+            logp = token_logprobs(logits, micro["input_ids"][:, 1 + start :], temperature)
+            if need_entropy_grad:
+                entropy = entropy_from_logits(logits.float() / temperature)
+            else:
+                with torch.no_grad():
+                    entropy = entropy_from_logits(logits.detach().float() / temperature)
+            return loss_fn(logp, entropy, micro, n_tokens, n_seqs)
+
+        return self.update(batch, micro_loss, step_lr=step_lr)
+
+    def update(self, batch: TrainBatch, micro_loss: MicroLossFn, *, step_lr: bool = True) -> dict[str, float]:
         """PPO epochs over mini-batches; one optimizer step per mini-batch, one LR-schedule step per call
         (step_lr=False: the caller trains one global step in several calls and ends it with `lr_step`).
         Collective when world_size > 1: every rank calls it with the same batch and returns the same metrics."""
@@ -139,17 +187,11 @@ class TrainStrategy:
                     dummy = positions is None
                     self._begin_micro(first=i == 0, last=i == len(micros) - 1)
                     start = micro.first_loss_column()
-                    logits = self._logits(micro, train=True, start=start)
-                    micro = micro.from_column(start)  # the loss's tensors, aligned with these logits
-                    logp = token_logprobs(logits, micro["input_ids"][:, 1 + start :].to(self.device), temperature)
-                    if need_entropy_grad:
-                        entropy = entropy_from_logits(logits.float() / temperature)
-                    else:
-                        with torch.no_grad():
-                            entropy = entropy_from_logits(logits.detach().float() / temperature)
-                    del logits
-                    loss, stats = loss_fn(logp, entropy, to_device(micro, self.device), n_tokens.to(self.device),
-                                          n_seqs.to(self.device))
+                    out = self._forward(micro, train=True, start=start)
+                    # the loss's tensors, aligned with the output
+                    loss, stats = micro_loss(out, to_device(micro.from_column(start), self.device),
+                                             n_tokens.to(self.device), n_seqs.to(self.device))
+                    del out
                     self._backward(loss * 0.0 if dummy else loss)
                     for k, v in stats.items():  # dummies add 0.0, so every rank has the same keys
                         sums[k] = sums.get(k, 0.0) + (0.0 if dummy else float(v))
@@ -165,7 +207,6 @@ class TrainStrategy:
             metrics["grad_norm"] = grad_norm_sum / updates
         metrics.update(updates=updates, skipped_updates=skipped, lr=lr)
         return metrics
-
 
     def lr_step(self) -> None:
         """The end of a global step for the LR schedule (once per step, however many calls trained it)."""
@@ -192,6 +233,26 @@ def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
 @functools.cache  # once per model class, not on every micro-batch's forward
 def _forward_takes_logits_to_keep(cls: type) -> bool:
     return "logits_to_keep" in inspect.signature(cls.forward).parameters
+
+
+def load_causal_lm(path: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+
+
+def export_causal_lm(weights: dict[str, torch.Tensor], config, path: Path) -> None:
+    """A plain HF model directory (config + safetensors) from full fp32 weights."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(path)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(path / "model.safetensors"),
+              metadata={"format": "pt"})
+
+
+CAUSAL_LM = ModelSpec(load=load_causal_lm, forward=causal_lm_logits, export=export_causal_lm)
 
 
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
@@ -227,4 +288,5 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-__all__ = ["LossFn", "TrainStrategy", "causal_lm_logits", "lr_lambda", "rng_states", "set_rng_states", "to_device"]
+__all__ = ["CAUSAL_LM", "LossFn", "MicroLossFn", "ModelSpec", "TrainStrategy", "causal_lm_logits", "lr_lambda",
+           "rng_states", "set_rng_states", "to_device"]

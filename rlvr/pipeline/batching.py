@@ -1,56 +1,29 @@
-"""Groups of scored samples -> one TrainBatch with per-domain advantages."""
+"""Groups of scored samples -> one TrainBatch (advantages come later: rlvr/pipeline/advantage_step.py)."""
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import torch
 
-from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
-from rlvr.config import AlgorithmConfig
 from rlvr.data.batch import TrainBatch, build_train_batch, in_loss
 from rlvr.data.types import Group, Sample
 
 
-def group_rewards(groups: list[Group]) -> tuple[torch.Tensor, torch.Tensor]:
-    """rewards [G, n] (NaN where failed) and valid [G, n]."""
-    rewards = torch.tensor([[s.reward.reward if s.scored_ok else float("nan") for s in g.samples] for g in groups],
-                           dtype=torch.float32)
-    valid = torch.tensor([[s.scored_ok for s in g.samples] for g in groups], dtype=torch.bool)
-    return rewards, valid
-
-
-def estimator(cfg: AlgorithmConfig):
-    if cfg.adv_estimator == "grpo":
-        return functools.partial(grpo_advantages, norm_by_std=cfg.norm_adv_by_std)
-    return ADVANTAGE_ESTIMATORS[cfg.adv_estimator]
-
-
-def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmConfig, pad_id: int, seed: int,
+def make_train_batch(groups_by_domain: dict[str, list[Group]], domains: list[str], pad_id: int, seed: int,
                      mask_truncated: bool = False) -> tuple[TrainBatch, list[Sample], dict[str, float]]:
-    """Advantages are computed per domain (each domain's groups only), then every sample becomes a row.
+    """Every sample becomes a row (scores, valid, group and domain index included; no advantages yet).
 
-    Rows are shuffled with a seeded generator so that mini-batches mix domains; groups need no contiguity once
-    their advantages are computed.
+    Rows are shuffled with a seeded generator so that mini-batches mix domains; groups need no contiguity (the
+    estimators find them by `group_index`).
     """
-    samples: list[Sample] = []
-    advantages: list[torch.Tensor] = []
+    samples = [s for gs in groups_by_domain.values() for g in gs for s in g.samples]
     metrics: dict[str, float] = {}
     for domain, groups in groups_by_domain.items():
-        if not groups:
-            continue
-        rewards, valid = group_rewards(groups)
-        adv = estimator(cfg)(rewards, valid)
-        samples.extend(s for g in groups for s in g.samples)
-        advantages.append(adv.reshape(-1))
-        ok = adv[valid]
-        metrics[f"{domain}/advantage/abs_mean"] = float(ok.abs().mean()) if ok.numel() else 0.0
-        spread = (rewards.nan_to_num(0).amax(1) > rewards.nan_to_num(0).amin(1)) & valid.all(1)
-        metrics[f"{domain}/groups/with_signal_frac"] = float(spread.float().mean())
-    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(samples)))
+        if groups:
+            metrics[f"{domain}/groups/with_signal_frac"] = sum(map(_has_signal, groups)) / len(groups)
+    order = np.random.default_rng(seed).permutation(len(samples))
     samples = [samples[i] for i in order]
-    batch = build_train_batch(samples, torch.cat(advantages)[order], pad_id, mask_truncated)
+    batch = build_train_batch(samples, pad_id, mask_truncated, domains)
     masked = sum(not in_loss(s, mask_truncated) for s in samples)
     sizes = {len(g.samples) for gs in groups_by_domain.values() for g in gs}
     metrics.update({"batch/groups": float(sum(len(gs) for gs in groups_by_domain.values())),
@@ -60,3 +33,10 @@ def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmCon
                                                         for s in samples)),
                     "batch/response_tokens": float(batch["loss_mask"].sum())})
     return batch, samples, metrics
+
+
+def _has_signal(group: Group) -> bool:
+    """Every reward in and not all equal: the group can move the policy."""
+    if not all(s.scored_ok for s in group.samples):
+        return False
+    return len({s.reward.reward for s in group.samples}) > 1

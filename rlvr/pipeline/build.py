@@ -19,6 +19,7 @@ from rlvr.data.types import Prompt
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
 from rlvr.workers.cluster import Cluster
+from rlvr.workers.critic import CriticWorker
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.reward_actor import RewardActor, resolve_reward_class
 
@@ -89,6 +90,7 @@ class Clusters:
     actor_train: Cluster
     actor_infer: Cluster
     reference: Cluster | None
+    critic: Cluster | None
     rewards: dict[str, Cluster]
 
 
@@ -115,22 +117,35 @@ def start_local_judge(cfg: Config, log_dir: Path | None = None
     return handle, rewards
 
 
-def train_gpus_per_worker(cfg: Config) -> float:
-    """actor_train.num_gpus_per_worker, or (None) 1 when the Ray cluster has GPUs; an error, not a hang, when the
-    cluster has too few for actor_train (and the reference)."""
-    t, have = cfg.actor_train, ray.cluster_resources().get("GPU", 0.0)
-    gpus = t.num_gpus_per_worker if t.num_gpus_per_worker is not None else (1.0 if have >= 1 else 0.0)
-    need = gpus * (t.world_size + (1 if cfg.needs_reference else 0))
+def train_gpus_per_worker(cfg: Config) -> tuple[float, float]:
+    """GPUs per rank of actor_train (the reference takes the same) and of the critic: num_gpus_per_worker, or
+    (None) 1 when the Ray cluster has GPUs; an error, not a hang, when the cluster has too few for them all."""
+    have = ray.cluster_resources().get("GPU", 0.0)
+
+    def per_worker(t) -> float:
+        return t.num_gpus_per_worker if t.num_gpus_per_worker is not None else (1.0 if have >= 1 else 0.0)
+
+    t, c = cfg.actor_train, cfg.critic
+    actor, critic = per_worker(t), per_worker(c)
+    need = actor * (t.world_size + (1 if cfg.needs_reference else 0))
+    need += critic * c.world_size if cfg.algorithm.needs_critic else 0.0
     if need > have:
-        raise ConfigError(f"actor_train.num_gpus_per_worker: {need:g} GPUs needed (world_size {t.world_size}"
-                          f"{' + reference' if cfg.needs_reference else ''}), the Ray cluster has {have:g}")
-    return gpus
+        parts = [f"actor_train world_size {t.world_size}"] + (["reference"] if cfg.needs_reference else [])
+        parts += [f"critic world_size {c.world_size}"] if cfg.algorithm.needs_critic else []
+        raise ConfigError(f"actor_train.num_gpus_per_worker: {need:g} GPUs needed ({' + '.join(parts)}), the Ray "
+                          f"cluster has {have:g}")
+    return actor, critic
+
+
+def critic_model_path(cfg: Config, actor_model_path: str) -> str:
+    """critic.model_path, or the actor's initial weights."""
+    return resolve_model_path(cfg.critic.model_path, cfg.model.cache_dir) if cfg.critic.model_path else actor_model_path
 
 
 def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardConfig]) -> Clusters:
     for domain, reward in rewards_cfg.items():
         resolve_reward_class(domain, reward)  # fail on a bad import path before starting anything
-    gpus = train_gpus_per_worker(cfg)
+    gpus, critic_gpus = train_gpus_per_worker(cfg)
     # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
     actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
                           num_gpus=gpus, rendezvous=True)
@@ -138,7 +153,14 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
                           max_concurrency=1000)
     reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, num_gpus=gpus, rendezvous=True)
                  if cfg.needs_reference else None)
+    critic = None
+    if cfg.algorithm.needs_critic:
+        critic = Cluster("critic", CriticWorker, cfg.critic.world_size, cfg, critic_model_path(cfg, model_path),
+                         num_gpus=critic_gpus, rendezvous=True)
+    elif cfg.critic.model_fields_set:
+        log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
+                    cfg.algorithm.adv_estimator)
     rewards = {domain: Cluster(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
                                max_concurrency=1000)
                for domain, reward in rewards_cfg.items()}
-    return Clusters(actor_train, actor_infer, reference, rewards)
+    return Clusters(actor_train, actor_infer, reference, critic, rewards)

@@ -2,7 +2,9 @@
 
 Layout of `<run_dir>/checkpoints/step_000004/` (the number is the count of finished steps = the next step to run):
   actor_train/      model (safetensors), optimizer, LR schedule and RNG states of the training worker
-  driver.json       step, quota credits, tracker run id, scheduler cursors per domain, infer RNG
+  critic/           the same for the critic's value model (only when a critic runs)
+  driver.json       step, quota credits, tracker run id, scheduler cursors per domain, infer RNG, KL
+                    controller and running reward moments (rlvr/pipeline/advantage_step.py)
   config.yaml       the resolved config of the run
 A directory only gets its final name once everything is written, so `resume=latest` never sees a partial one.
 """

@@ -20,6 +20,7 @@ from rlvr.data.batch import TrainBatch
 from rlvr.data.types import Group
 from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline import checkpoint
+from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.batching import make_train_batch
 from rlvr.pipeline.build import build_clusters, load_domain_data, new_run_dir, start_local_judge, start_ray
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
@@ -67,6 +68,8 @@ class RLVRPipeline:
             d: scheduler_cls.remote(d, self.data[d].train, self.data[d].val, self.clusters.actor_infer.workers,
                                     self.clusters.rewards[d].workers, cfg)
             for d in cfg.domains}
+        self.domains = list(cfg.domains)  # the order of the batch's domain_index
+        self.advantages = AdvantageStep(cfg)  # KL controller and running reward moments live across steps
         self.step, self.quota_credit, run_id = 0, {}, None
         self.ahead: Rollout | None = None  # next step's rollout, started early (one-step off-policy)
         if resume_from:
@@ -131,6 +134,8 @@ class RLVRPipeline:
             parts.append(self.train_on(by_domain(groups), timer, step_lr=not pipelined))
         if pipelined and parts:
             self.clusters.actor_train.gather("lr_step")  # every rank has its own schedule
+            if self.clusters.critic is not None:
+                self.clusters.critic.gather("lr_step")
         timer.add("reward_wait", rollout.wait_s)
         metrics = {**rollout.metrics, **merge_parts(parts)}
         if not parts:  # every domain fell short (filters, exhausted refill): log it and go on, never crash
@@ -139,35 +144,63 @@ class RLVRPipeline:
         return metrics
 
     def train_on(self, groups: dict[str, list[Group]], timer: PhaseTimer, step_lr: bool) -> dict[str, float]:
-        """Advantages, optional reference / old-policy logprobs, then the actor update."""
-        with timer("advantages"):
-            batch, samples, metrics = make_train_batch(groups, self.cfg.algorithm, self.tokenizer.pad_token_id or 0,
+        """Batch -> forward passes (reference / old-policy logprobs, values; concurrently) -> advantages ->
+        critic update -> actor update (after the critic's warm-up)."""
+        with timer("batch"):
+            batch, samples, metrics = make_train_batch(groups, self.domains, self.tokenizer.pad_token_id or 0,
                                                        seed=self.cfg.run.seed + self.step,
                                                        mask_truncated=self.cfg.rollout.mask_truncated)
         staleness = [self.step - s.policy_version for s in samples]
         metrics.update({"batch/staleness/mean": sum(staleness) / len(staleness),
                         "batch/staleness/max": float(max(staleness))})
-        if self.clusters.reference is not None:
-            with timer("reference"):
-                batch = batch.with_tensor("ref_logp", self.clusters.reference.collective("compute_logprobs", batch))
-        with timer("old_logprobs"):
-            batch = self.anchored(batch)
+        with timer("forwards"):
+            batch = self.forwards(batch)
+        with timer("advantages"):
+            batch, adv_metrics = self.advantages(batch)
+            metrics.update(adv_metrics)
+        if self.clusters.critic is not None:
+            with timer("critic_train"):
+                metrics.update(self.clusters.critic.collective("train", batch, step_lr))
+        if self.step < self.cfg.critic.critic_warmup and self.clusters.critic is not None:
+            metrics["actor/critic_warmup"] = 1.0  # only the critic trains this step
+            return metrics
         with timer("train"):
             metrics.update(self.clusters.actor_train.collective("train", batch, step_lr))
         return metrics
 
-    def anchored(self, batch: TrainBatch) -> TrainBatch:
-        """Sets old_logp, the policy the PPO ratio is taken against, when it is not simply the current one."""
+    def forwards(self, batch: TrainBatch) -> TrainBatch:
+        """The forward passes the step needs, in flight together on their own clusters: reference logprobs (a KL
+        term), old-policy logprobs (the PPO ratio's anchor when it is not simply the current policy, and the
+        policy side of a KL in the reward), the critic's values."""
+        shared = ray.put(batch)  # one copy in the object store for every cluster
+        pending: dict[str, list[ray.ObjectRef]] = {}
+        if self.clusters.reference is not None:
+            pending["ref_logp"] = self.clusters.reference.collective_async("compute_logprobs", shared)
+        if self.clusters.critic is not None:
+            pending["values"] = self.clusters.critic.collective_async("compute_values", shared)
+        anchor = self.old_logprobs_source(batch)
+        if anchor == "actor":
+            pending["old_logp"] = self.clusters.actor_train.collective_async("compute_logprobs", shared)
+        elif anchor == "behaviour":
+            batch = batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
+        for key, refs in pending.items():  # all launched already: waiting in turn costs nothing
+            batch = batch.with_tensor(key, ray.get(refs)[0])
+        return batch
+
+    def old_logprobs_source(self, batch: TrainBatch) -> str | None:
+        """Where old_logp, the policy the PPO ratio is taken against, comes from when it is not simply the current
+        one: "actor" (the trainer's weights now: the proximal policy (decoupled), or the behaviour one
+        (synchronous)), "behaviour" (the engine's logprobs), or None."""
         algo = self.cfg.algorithm
         if self.cfg.uses_behaviour_logprobs and batch.get("behav_logp") is None:
             raise RuntimeError("the behaviour logprobs of the samples are missing: overlap.* and "
                                "algorithm.decoupled_loss need an engine that returns them")
-        if algo.decoupled_loss or (self.needs_old_logprobs and not self.cfg.uses_behaviour_logprobs):
-            # the trainer's weights now: the proximal policy (decoupled), or the behaviour one (synchronous)
-            return batch.with_tensor("old_logp", self.clusters.actor_train.collective("compute_logprobs", batch))
+        needed = self.needs_old_logprobs or algo.use_kl_in_reward  # the KL in the reward is the samples' policy's
+        if algo.decoupled_loss or (needed and not self.cfg.uses_behaviour_logprobs):
+            return "actor"
         if self.cfg.uses_behaviour_logprobs:
-            return batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
-        return batch
+            return "behaviour"
+        return None
 
     @property
     def needs_old_logprobs(self) -> bool:
@@ -215,7 +248,10 @@ class RLVRPipeline:
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
         tmp = checkpoint.begin(self.run_dir, self.step)
-        self.clusters.actor_train.collective("save", str(tmp / "actor_train"))
+        saving = self.clusters.actor_train.collective_async("save", str(tmp / "actor_train"))
+        if self.clusters.critic is not None:
+            saving += self.clusters.critic.collective_async("save", str(tmp / "critic"))
+        ray.get(saving)
         torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
         schedulers = dict(zip(self.schedulers, ray.get([s.state_dict.remote() for s in self.schedulers.values()])))
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step
@@ -223,12 +259,18 @@ class RLVRPipeline:
         # A rollout started ahead (off-policy) is saved as not started: the schedulers give its prompts back.
         credit = self.ahead.credit_before if self.ahead is not None else self.quota_credit
         state = {"step": self.step, "quota_credit": credit, "tracker_run_id": self.trackers.run_id,
-                 "schedulers": schedulers}
+                 "schedulers": schedulers, "advantages": self.advantages.state_dict()}
         return checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints)
 
     def _restore(self, ckpt: Path) -> str:
         state = checkpoint.load_driver_state(ckpt)
-        self.clusters.actor_train.collective("load", str(ckpt / "actor_train"))
+        loading = self.clusters.actor_train.collective_async("load", str(ckpt / "actor_train"))
+        if self.clusters.critic is not None:
+            if not (ckpt / "critic").is_dir():
+                raise FileNotFoundError(f"{ckpt}: no critic/ to resume the critic from (saved by a run without one?)")
+            loading += self.clusters.critic.collective_async("load", str(ckpt / "critic"))
+        ray.get(loading)
+        self.advantages.load_state_dict(state.get("advantages", {}))
         for worker, rng in zip(self.clusters.actor_infer.workers, torch.load(ckpt / "actor_infer_rng.pt")):
             ray.get(worker.set_rng_state.remote(rng))
         with open(ckpt / "scheduler_buffers.pkl", "rb") as f:
@@ -257,7 +299,7 @@ class RLVRPipeline:
         for actor in self.schedulers.values():
             ray.kill(actor, no_restart=True)
         for cluster in (self.clusters.actor_train, self.clusters.actor_infer, self.clusters.reference,
-                        *self.clusters.rewards.values()):
+                        self.clusters.critic, *self.clusters.rewards.values()):
             if cluster is not None:
                 cluster.kill()
         if self.judge_server is not None:

@@ -12,24 +12,25 @@ import torch
 
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
 from rlvr.backends.dist import rendezvous_address
-from rlvr.backends.train_strategy import TrainStrategy
-from rlvr.config import Config
+from rlvr.backends.train_strategy import CAUSAL_LM, ModelSpec, TrainStrategy
+from rlvr.config import Config, TrainerConfig
 from rlvr.data.batch import TrainBatch
 
 
-def make_strategy(cfg: Config, model_path: str, *, rank: int, world_size: int, master_addr: str,
-                  master_port: int, seed: int, trainable: bool = True) -> TrainStrategy:
-    t = cfg.actor_train
+def make_strategy(t: TrainerConfig, model_path: str, *, total_steps: int, rank: int, world_size: int,
+                  master_addr: str, master_port: int, seed: int, trainable: bool = True,
+                  spec: ModelSpec = CAUSAL_LM) -> TrainStrategy:
+    """The strategy a trainer section (actor_train or critic) asks for, training `spec`'s model."""
     if t.strategy == "deepspeed":
         from rlvr.backends.deepspeed_strategy import DeepSpeedStrategy  # deepspeed is imported only when asked for
 
-        return DeepSpeedStrategy(model_path, t, total_steps=cfg.run.max_steps, seed=seed, rank=rank,
+        return DeepSpeedStrategy(model_path, t, total_steps=total_steps, seed=seed, rank=rank,
                                  world_size=world_size, master_addr=master_addr, master_port=master_port,
                                  zero_stage=t.deepspeed.zero_stage, trainable=trainable,
-                                 bf16_weights=t.deepspeed.bf16_weights)
+                                 bf16_weights=t.deepspeed.bf16_weights, spec=spec)
     from rlvr.backends.torch_strategy import TorchStrategy
 
-    return TorchStrategy(model_path, t, total_steps=cfg.run.max_steps, seed=seed, trainable=trainable)
+    return TorchStrategy(model_path, t, total_steps=total_steps, seed=seed, trainable=trainable, spec=spec)
 
 
 class _PolicyForward:
@@ -45,9 +46,9 @@ class _PolicyForward:
 
     def setup(self, master_addr: str, master_port: int) -> None:
         seed = self.cfg.run.seed + (self.rank if self.trainable else 0)
-        self.strategy = make_strategy(self.cfg, self.model_path, rank=self.rank, world_size=self.world_size,
-                                      master_addr=master_addr, master_port=master_port, seed=seed,
-                                      trainable=self.trainable)
+        self.strategy = make_strategy(self.cfg.actor_train, self.model_path, total_steps=self.cfg.run.max_steps,
+                                      rank=self.rank, world_size=self.world_size, master_addr=master_addr,
+                                      master_port=master_port, seed=seed, trainable=self.trainable)
 
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Reference / old-policy logprobs for the loss: at the loss positions (0 elsewhere)."""
@@ -71,7 +72,9 @@ class ActorTrainWorker(_PolicyForward):
         super().__init__(cfg, model_path, rank, world_size)
         algo = cfg.algorithm
         self.settings = ObjectiveSettings(
-            clip_eps_low=algo.clip_eps_low, clip_eps_high=algo.clip_eps_high, dual_clip_c=algo.dual_clip_c,
+            policy_loss=algo.policy_loss, topr_positive_weight=algo.topr_positive_weight,
+            topr_negative_weight=algo.topr_negative_weight, clip_eps_low=algo.clip_eps_low,
+            clip_eps_high=algo.clip_eps_high, dual_clip_c=algo.dual_clip_c,
             loss_agg_mode=algo.loss_agg_mode, kl_loss_coef=algo.kl_loss_coef, kl_estimator=algo.kl_estimator,
             entropy_coef=algo.entropy_coef, max_response_len=cfg.generation.max_new_tokens,
             decoupled=algo.decoupled_loss, behaviour_weight_cap=algo.behaviour_weight_cap)

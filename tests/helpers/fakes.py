@@ -4,12 +4,16 @@
 - `FakeInferWorkerForTest` answers `generate` after a delay taken from the prompt, with the real `Admission`
   control of ActorInferWorker, and records the number of requests inside the engine after every change.
 - `ScriptedRewardForTest` (a real RewardWorker subclass) scores sample i of a prompt by `meta["correct"][i]`.
+- `FakeForwardWorkerForTest` (with `BarrierForTest`) answers the driver's forward passes only once all of them
+  have been called (the driver's forwards test is about their concurrency, not their numbers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+
+import torch
 
 from rlvr.data.types import Generation, Prompt
 from rlvr.workers.actor_infer import Admission
@@ -97,3 +101,32 @@ def prompt(uid: str, correct: list[int], gen_delay_ms: int = 1, reward_delay_s: 
            domain: str = "d") -> Prompt:
     return Prompt(uid=uid, domain=domain, ground_truth="0", messages=[{"role": "user", "content": uid}],
                   meta={"correct": correct, "reward_delay_s": reward_delay_s}, prompt_ids=[gen_delay_ms, 1, 2])
+
+
+class BarrierForTest:
+    def __init__(self, parties: int):
+        self.parties, self.arrived, self.all_in = parties, 0, asyncio.Event()
+
+    async def arrive(self) -> int:
+        self.arrived += 1
+        if self.arrived >= self.parties:
+            self.all_in.set()
+        await asyncio.wait_for(self.all_in.wait(), timeout=60)
+        return self.arrived
+
+
+class FakeForwardWorkerForTest:
+    """Answers compute_logprobs / compute_values with a constant, once every forward has arrived at the barrier."""
+
+    def __init__(self, barrier, value: float, rank: int = 0):
+        self.barrier, self.value = barrier, value
+
+    async def _answer(self, batch) -> torch.Tensor:
+        await self.barrier.arrive.remote()
+        return torch.full(batch["loss_mask"].shape, self.value) * batch["loss_mask"]
+
+    async def compute_logprobs(self, batch) -> torch.Tensor:
+        return await self._answer(batch)
+
+    async def compute_values(self, batch) -> torch.Tensor:
+        return await self._answer(batch)

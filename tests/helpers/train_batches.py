@@ -38,3 +38,25 @@ def make_train_batch(n: int, width: int, seed: int = 1, advantages: list[float] 
     per_row = torch.randn(n, 1, generator=g) if advantages is None else torch.tensor(advantages)[:, None]
     return TrainBatch({"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
                        "advantages": per_row * loss_mask})
+
+
+def make_critic_batch(n: int, width: int, seed: int = 1) -> TrainBatch:
+    """make_train_batch's rows with what the critic trains on: old values (small) and returns (+-1) at the loss
+    positions."""
+    batch = make_train_batch(n, width, seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    mask = batch["loss_mask"]
+    return batch.with_tensor("values", 0.3 * torch.randn(mask.shape, generator=g) * mask).with_tensor(
+        "returns", torch.randn(mask.shape, generator=g).sign() * mask)
+
+
+def value_loss_fn(cliprange: float | None = 0.2):
+    """The critic worker's micro-batch loss (rlvr/workers/critic.py) for a strategy's `update`."""
+    from rlvr.algorithms.value_loss import ValueSettings, value_objective
+
+    settings = ValueSettings(cliprange_value=cliprange)
+
+    def micro_loss(values, micro, n_tokens, n_seqs):
+        return value_objective(values, micro.tensors, settings, n_tokens, n_seqs)
+
+    return micro_loss

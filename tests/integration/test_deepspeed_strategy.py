@@ -23,13 +23,14 @@ the right ones (relative error 0.5 to 1): the gradient and grad-norm checks fail
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers.ranks import (deepspeed_step_capturing_grads, max_abs, rel, save_step_load_step,
+                                  spawn_ranks, torch_step_capturing_grads, update)
 from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch
 
 pytestmark = pytest.mark.slow
@@ -87,8 +88,6 @@ def _rank_main(rank: int, world_size: int, port: int, model_dir: str, out_dir: s
 
 
 def _run_jobs(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
-    from deepspeed.utils import safe_get_full_grad
-
     from rlvr.backends.deepspeed_strategy import DeepSpeedStrategy
 
     loss_fn = make_loss_fn()
@@ -97,34 +96,17 @@ def _run_jobs(rank: int, world_size: int, port: int, model_dir: str, out_dir: st
         s = DeepSpeedStrategy(model_dir, train_cfg(job["micro"], job["bf16"], job.get("mini")), total_steps=10,
                               seed=0, rank=rank, world_size=world_size, master_addr="127.0.0.1", master_port=port,
                               zero_stage=job["stage"], bf16_weights=job.get("bf16_weights", True))
-        grads: dict[str, torch.Tensor] = {}
-        engine_step = s.engine.step
-
-        def step_capturing_grads(*args, _s=s, _grads=grads, _step=engine_step, **kwargs):  # keeps the last step's
-            for name, p in _s.module.named_parameters():  # collective: every rank, same order
-                _grads[name] = safe_get_full_grad(p).detach().float().cpu().clone()
-            return _step(*args, **kwargs)
-
         batch = make_batch(job["rows"])
         before = s.named_parameters_for_sync(torch.float32)
         logprobs = s.forward_logprobs(batch)
         logprobs_fp32 = s.forward_logprobs(batch, autocast=False)
-        s.engine.step = step_capturing_grads
-        metrics = s.train_step(batch, loss_fn)
-        s.engine.step = engine_step
+        grads, metrics = deepspeed_step_capturing_grads(s, lambda: s.train_step(batch, loss_fn))
         after = s.named_parameters_for_sync(torch.float32)
         result = dict(before=before, after=after, grads=grads, metrics=metrics, logprobs=logprobs,
                       logprobs_fp32=logprobs_fp32)
         if job.get("roundtrip"):
-            ckpt = Path(out_dir) / f"ckpt_{job['name']}"
-            s.save(str(ckpt))
-            result["second_step"] = s.train_step(batch, loss_fn)
-            result["after_second"] = s.named_parameters_for_sync(torch.float32)
-            s.load(str(ckpt))
-            result["after_load"] = s.named_parameters_for_sync(torch.float32)
-            result["second_step_again"] = s.train_step(batch, loss_fn)
-            result["after_second_again"] = s.named_parameters_for_sync(torch.float32)
-            result["exported"] = str(ckpt / "model")
+            ckpt = str(Path(out_dir) / f"ckpt_{job['name']}")
+            result.update(save_step_load_step(s, ckpt, lambda: s.train_step(batch, loss_fn)))
         result["seconds"] = time.time() - t0
         torch.save(result, Path(out_dir) / f"{job['name']}_rank{rank}.pt")
         del s
@@ -138,21 +120,8 @@ def _run_jobs(rank: int, world_size: int, port: int, model_dir: str, out_dir: st
 
 
 def run_ranks(world_size: int, model_dir: str, out_dir: Path, timeout_s: float = 900) -> dict[str, dict]:
-    import torch.multiprocessing as mp
-
-    from rlvr.backends.dist import free_port
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = {"DS_ACCELERATOR": "cpu"} if not torch.cuda.is_available() else {}
-    os.environ.update(env)  # inherited by the spawned processes
-    ctx = mp.start_processes(_rank_main, args=(world_size, free_port(), model_dir, str(out_dir)),
-                             nprocs=world_size, start_method="spawn", join=False)
-    deadline = time.time() + timeout_s
-    while not ctx.join(timeout=5):
-        if time.time() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"world_size {world_size}: ranks did not finish in {timeout_s}s")
+    spawn_ranks(_rank_main, world_size, (model_dir, str(out_dir)), timeout_s)
     names = [job["name"] for job in JOBS] + ["frozen_z2", "frozen_z3"]
     return {name: {r: torch.load(out_dir / f"{name}_rank{r}.pt", weights_only=False) for r in range(world_size)}
             for name in names}
@@ -166,39 +135,9 @@ def torch_reference(model_dir: str, job: dict) -> dict:
     batch = make_batch(job["rows"])
     before = {k: p.detach().clone() for k, p in s.model.named_parameters()}
     logprobs = s.forward_logprobs(batch)
-    grads: dict[str, torch.Tensor] = {}
-    clip = torch.nn.utils.clip_grad_norm_
-
-    def clip_capturing_grads(params, *args, **kwargs):  # the gradients before clipping, of the last step
-        grads.update({k: p.grad.detach().clone() for k, p in s.model.named_parameters()})
-        return clip(params, *args, **kwargs)
-
-    torch.nn.utils.clip_grad_norm_ = clip_capturing_grads
-    try:
-        metrics = s.train_step(batch, make_loss_fn())
-    finally:
-        torch.nn.utils.clip_grad_norm_ = clip
+    grads, metrics = torch_step_capturing_grads(s, lambda: s.train_step(batch, make_loss_fn()))
     after = {k: p.detach().clone() for k, p in s.model.named_parameters()}
     return dict(before=before, after=after, grads=grads, metrics=metrics, logprobs=logprobs)
-
-
-# ---------------------------------------------------------------------------------------------- comparisons
-def _flat(d: dict[str, torch.Tensor], keys) -> torch.Tensor:
-    return torch.cat([d[k].float().flatten() for k in keys])
-
-
-def rel(a: dict, b: dict) -> float:
-    keys = sorted(b)
-    x, y = _flat(a, keys), _flat(b, keys)
-    return float((x - y).norm() / y.norm())
-
-
-def update(r: dict) -> dict:
-    return {k: r["after"][k] - r["before"][k] for k in r["after"]}
-
-
-def max_abs(a: dict, b: dict) -> float:
-    return max(float((a[k].float() - b[k].float()).abs().max()) for k in b)
 
 
 @pytest.fixture(scope="module")

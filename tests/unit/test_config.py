@@ -160,3 +160,96 @@ def test_off_policy_and_decoupled_loss_turn_on_behaviour_logprobs(tmp_path):
     assert not load_config(path).generation.return_logprobs
     assert load_config(path, ["overlap.one_step_off_policy=true"]).generation.return_logprobs
     assert load_config(path, ["algorithm.decoupled_loss=true"]).generation.return_logprobs
+
+
+# ---------------------------------------------------------------- critic, KL control, reward processing, presets
+
+
+@pytest.mark.parametrize("override,key", [("algorithm.gamma=1.5", "algorithm.gamma"),
+                                          ("algorithm.gamma=-0.1", "algorithm.gamma"),
+                                          ("algorithm.lam=1.01", "algorithm.lam"),
+                                          ("algorithm.lam=-1", "algorithm.lam")])
+def test_gamma_and_lambda_must_lie_in_0_1(tmp_path, override, key):
+    with pytest.raises(ConfigError, match=f"override '{override}': {key}: Input should be"):
+        load_config(write(tmp_path, base()), ["algorithm=ppo", override])
+
+
+def test_critic_model_path_must_exist(tmp_path):
+    with pytest.raises(ConfigError, match="critic.model_path: '/no/such/critic' does not exist"):
+        load_config(write(tmp_path, base()), ["algorithm=ppo", "critic.model_path=/no/such/critic"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="critic.model_path: .* has no config.json"):
+        load_config(write(tmp_path, base()), ["algorithm=ppo", f"critic.model_path={tmp_path / 'empty'}"])
+
+
+def test_critic_warmup_must_leave_actor_steps(tmp_path):
+    path = write(tmp_path, base())
+    with pytest.raises(ConfigError, match="critic.critic_warmup: 3 warm-up steps leave no step of "
+                                          "run.max_steps=3 for the actor"):
+        load_config(path, ["algorithm=ppo", "run.max_steps=3", "critic.critic_warmup=3"])
+    assert load_config(path, ["algorithm=ppo", "run.max_steps=3", "critic.critic_warmup=2"]).critic.critic_warmup == 2
+
+
+def test_a_kl_controller_needs_a_kl_in_the_reward(tmp_path):
+    with pytest.raises(ConfigError, match="algorithm.kl_ctrl.type: an adaptive KL controller acts on the KL in the "
+                                          "reward, which is off"):
+        load_config(write(tmp_path, base()), ["algorithm.kl_ctrl.type=adaptive"])
+    # ppo's KL is in the reward: an adaptive controller is fine, and turning the KL off keeps a fixed one quiet
+    cfg = load_config(write(tmp_path, base()), ["algorithm=ppo", "algorithm.kl_ctrl.type=adaptive"])
+    assert cfg.needs_reference and cfg.algorithm.kl_ctrl.kl_coef == 0.001  # the preset's coefficient stays
+    assert not load_config(write(tmp_path, base()), ["algorithm=ppo", "algorithm.use_kl_in_reward=false"]
+                           ).needs_reference
+
+
+def test_reference_and_critic_start_only_when_needed(tmp_path):
+    path = write(tmp_path, base())
+    grpo = load_config(path)
+    assert not grpo.needs_reference and not grpo.algorithm.needs_critic
+    assert load_config(path, ["algorithm.kl_loss_coef=0.1"]).needs_reference
+    ppo = load_config(path, ["algorithm=ppo"])
+    assert ppo.needs_reference and ppo.algorithm.needs_critic
+    assert load_config(path, ["algorithm=reinforce_pp"]).needs_reference
+
+
+def test_reward_processing_per_domain_over_the_algorithm_defaults(tmp_path):
+    tree = base()
+    tree["algorithm"] = {"preset": "grpo", "reward_processing": {"reward_clip": 2.0, "norm_mean_type": "running"}}
+    tree["domains"]["b"]["reward_processing"] = {"reward_weight": 0.5, "norm_mean_type": "none"}
+    cfg = load_config(write(tmp_path, tree))
+    a, b = cfg.reward_processing("a"), cfg.reward_processing("b")
+    assert (a.reward_clip, a.norm_mean_type, a.reward_weight) == (2.0, "running", 1.0)
+    assert (b.reward_clip, b.norm_mean_type, b.reward_weight) == (2.0, "none", 0.5)
+    tree["domains"]["b"]["reward_processing"] = {"reward_wieght": 0.5}
+    with pytest.raises(ConfigError, match="domains.b.reward_processing.reward_wieght: unknown key"):
+        load_config(write(tmp_path, tree))
+    tree["domains"]["b"]["reward_processing"] = {"norm_std_type": "median"}
+    with pytest.raises(ConfigError, match="domains.b.reward_processing.norm_std_type: Input should be"):
+        load_config(write(tmp_path, tree))
+
+
+def test_whole_batch_statistics_are_refused_with_the_mini_batch_pipeline(tmp_path):
+    path = write(tmp_path, base())
+    pipeline = ["overlap.mini_batch_pipeline=true", "actor_train.mini_batch_size=8"]
+    for preset in ("ppo", "reinforce_pp", "reinforce", "topr"):
+        with pytest.raises(ConfigError, match="algorithm.adv_estimator: .* overlap.mini_batch_pipeline"):
+            load_config(path, [f"algorithm={preset}", *pipeline])
+    with pytest.raises(ConfigError, match="algorithm.reward_processing.norm_std_type: batch normalisation"):
+        load_config(path, [*pipeline, "algorithm.reward_processing.norm_std_type=batch"])
+    load_config(path, ["algorithm=gspo", *pipeline, "algorithm.reward_processing.norm_mean_type=running"])
+
+
+def test_new_presets(tmp_path):
+    path = write(tmp_path, base())
+    ppo = load_config(path, ["algorithm=ppo"]).algorithm
+    assert (ppo.adv_estimator, ppo.gamma, ppo.lam, ppo.use_kl_in_reward, ppo.kl_penalty) == ("gae", 1.0, 0.95,
+                                                                                              True, "k1")
+    gspo = load_config(path, ["algorithm=gspo"]).algorithm
+    assert (gspo.policy_loss, gspo.clip_eps_low, gspo.clip_eps_high, gspo.loss_agg_mode) == (
+        "gspo", 3e-4, 4e-4, "seq-mean-token-mean")
+    topr = load_config(path, ["algorithm=topr"]).algorithm
+    assert (topr.policy_loss, topr.adv_estimator) == ("topr", "reinforce")
+    rpp = load_config(path, ["algorithm=reinforce_pp"]).algorithm
+    assert (rpp.adv_estimator, rpp.use_kl_in_reward, rpp.kl_ctrl.kl_coef) == ("reinforce_pp", True, 0.01)
+    assert load_config(path, ["algorithm=reinforce_pp_baseline"]).algorithm.adv_estimator == "reinforce_pp_baseline"
+    with pytest.raises(ConfigError, match="algorithm.dual_clip_c: the dual clip is part of policy_loss: ppo"):
+        load_config(path, ["algorithm=gspo", "algorithm.dual_clip_c=3"])

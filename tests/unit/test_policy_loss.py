@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from rlvr.algorithms.policy_loss import LOSS_AGG_MODES, aggregate_loss, entropy_from_logits, ppo_clip_loss
+from rlvr.algorithms.policy_loss import (LOSS_AGG_MODES, aggregate_loss, entropy_from_logits, gspo_loss,
+                                         ppo_clip_loss, topr_loss)
 
 
 def close(actual, expected, atol=1e-5):
@@ -274,3 +275,70 @@ def test_decoupled_objective_weights_the_clipped_surrogate():
     # token 2: r = 1, A = -1 -> +1; w = 0.5 -> 0.5 ; token-mean over 2 tokens: (-1.8 + 0.5) / 2
     assert loss.item() == pytest.approx((-1.8 + 0.5) / 2)
     assert stats["behav_weight_capped_frac"].item() == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- GSPO and TOPR
+
+X = 123.0  # off-mask entries: must not matter
+
+
+def test_gspo_sequence_ratio_and_clip_by_hand():
+    # row 0: token log-ratios 0.1, 0.1 -> mean 0.1, s = e^0.1 = 1.105171 (inside [0.8, 1.2]); A = 1: L = -s per token
+    # row 1: log-ratios 0.3, -0.3, 0.6 -> mean 0.2, s = e^0.2 = 1.221403 > 1.2; A = 2: clipped term -2 * 1.2 = -2.4
+    #        is larger than -2 * 1.221403 = -2.442806: the whole sequence is clipped (no gradient)
+    logp = torch.tensor([[-1.0, -2.0, X], [-1.0, -1.0, -1.0]], requires_grad=True)
+    old = torch.tensor([[-1.1, -2.1, -X], [-1.3, -0.7, -1.6]])
+    adv = torch.tensor([[1.0, 1.0, 0.0], [2.0, 2.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    loss, stats = gspo_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+    torch.testing.assert_close(loss.detach(), torch.tensor([[-1.105171, -1.105171, 0.0], [-2.4, -2.4, -2.4]]))
+    assert float(stats["clipfrac"]) == pytest.approx(3 / 5)
+    assert float(stats["ratio_mean"]) == pytest.approx((2 * 1.105171 + 3 * 1.221403) / 5, abs=1e-5)
+    # gradient: d(-A s_i,t)/d logp_t = -A s_i on each token of an unclipped sequence, 0 for the clipped one
+    loss.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-1.105171, -1.105171, 0.0], [0.0, 0.0, 0.0]]))
+
+
+def test_gspo_on_one_token_sequences_is_ppo():
+    logp = torch.tensor([[-0.5], [-2.0], [-1.0]])
+    old = torch.tensor([[-1.0], [-1.5], [-1.0]])
+    adv = torch.tensor([[1.0], [-1.0], [0.5]])
+    mask = torch.ones(3, 1)
+    gspo, _ = gspo_loss(logp, old, adv, mask, 0.2, 0.28)
+    ppo, _ = ppo_clip_loss(logp, old, adv, mask, 0.2, 0.28)
+    torch.testing.assert_close(gspo, ppo)
+
+
+def test_topr_by_hand():
+    # row 0: A = +1: plain REINFORCE, w = 1, however far pi has moved from mu: L = -logp = [1, 2]
+    # row 1: A = -1, sequence log-ratio -0.5 + 0 + 0.2 = -0.3: w = e^-0.3 = 0.740818, L = w * logp = -0.740818
+    # row 2: A = -2, log-ratio +1: pi/mu = e > 1, truncated to 1: L = -1 * -2 * -1 = -2
+    logp = torch.tensor([[-1.0, -2.0, X], [-1.0, -1.0, -1.0], [-1.0, X, X]], requires_grad=True)
+    old = torch.tensor([[-3.0, -3.0, 0.0], [-0.5, -1.0, -1.2], [-2.0, 0.0, 0.0]])
+    adv = torch.tensor([[1.0, 1.0, 0.0], [-1.0, -1.0, -1.0], [-2.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    loss, stats = topr_loss(logp, old, adv, mask)
+    w = math.exp(-0.3)
+    torch.testing.assert_close(loss.detach(), torch.tensor([[1.0, 2.0, 0.0], [-w, -w, -w], [-2.0, 0.0, 0.0]]))
+    assert float(stats["positive_frac"]) == pytest.approx(2 / 6)
+    assert float(stats["truncated_frac"]) == pytest.approx(3 / 4)  # row 1's tokens are tapered, row 2's are not
+    assert float(stats["ratio_mean"]) == pytest.approx((3 * w + 1) / 4, abs=1e-6)
+    # the weight carries no gradient: d L / d logp = -w A
+    loss.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-1.0, -1.0, 0.0], [w, w, w], [2.0, 0.0, 0.0]]))
+
+
+def test_topr_weights_and_on_policy_equals_reinforce():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    adv = torch.tensor([[-1.5, -1.5]])
+    mask = torch.ones(1, 2)
+    loss, _ = topr_loss(logp, logp.detach(), adv, mask, positive_weight=1.0, negative_weight=0.5)
+    torch.testing.assert_close(loss.detach(), 0.5 * 1.5 * logp.detach())  # on-policy: ratio 1, then x 0.5
+    # on-policy, with unit weights, the gradient is REINFORCE's -A grad logp, which is also PPO's at ratio 1
+    logp2 = logp.detach().clone().requires_grad_(True)
+    topr, _ = topr_loss(logp2, logp2.detach(), adv, mask)
+    topr.sum().backward()
+    logp3 = logp.detach().clone().requires_grad_(True)
+    ppo, _ = ppo_clip_loss(logp3, logp3.detach(), adv, mask)
+    ppo.sum().backward()
+    torch.testing.assert_close(logp2.grad, logp3.grad)

@@ -1,0 +1,19 @@
+"""What every config module shares: strict models (unknown keys rejected) and errors that know their key."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class _KeyedError(ValueError):
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
+def _keyed(key: str, message: str) -> _KeyedError:
+    return _KeyedError(key, message)

@@ -1,0 +1,101 @@
+"""Data-parallel ranks as real processes (torch.multiprocessing, spawn) for the DeepSpeed strategy tests, and the
+comparisons of their results (relative L2 distance of parameter / gradient dicts, largest entry difference)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import pytest
+import torch
+
+
+def spawn_ranks(fn: Callable, world_size: int, args: tuple, timeout_s: float = 900) -> None:
+    """Runs fn(rank, world_size, port, *args) in `world_size` spawned processes joined through a free port; fails
+    the test (and kills them) past the timeout. Results travel through files the ranks write."""
+    import torch.multiprocessing as mp
+
+    from rlvr.backends.dist import free_port
+
+    if not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"  # inherited by the spawned processes
+    ctx = mp.start_processes(fn, args=(world_size, free_port(), *args), nprocs=world_size, start_method="spawn",
+                             join=False)
+    deadline = time.time() + timeout_s
+    while not ctx.join(timeout=5):
+        if time.time() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"world_size {world_size}: ranks did not finish in {timeout_s}s")
+
+
+def _flat(d: dict[str, torch.Tensor], keys) -> torch.Tensor:
+    return torch.cat([d[k].float().flatten() for k in keys])
+
+
+def rel(a: dict, b: dict) -> float:
+    """|a - b| / |b| over all the tensors of b's keys (L2)."""
+    keys = sorted(b)
+    x, y = _flat(a, keys), _flat(b, keys)
+    return float((x - y).norm() / y.norm())
+
+
+def max_abs(a: dict, b: dict) -> float:
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in b)
+
+
+def update(result: dict) -> dict:
+    """The parameter change of a step: result["after"] - result["before"]."""
+    return {k: result["after"][k] - result["before"][k] for k in result["after"]}
+
+
+def torch_step_capturing_grads(strategy, train: Callable[[], dict]) -> tuple[dict[str, torch.Tensor], dict]:
+    """Runs train() on a TorchStrategy and returns (the gradients before clipping of its last optimizer step,
+    train()'s metrics)."""
+    grads: dict[str, torch.Tensor] = {}
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def clip_capturing_grads(params, *args, **kwargs):
+        grads.update({k: p.grad.detach().clone() for k, p in strategy.model.named_parameters()})
+        return clip(params, *args, **kwargs)
+
+    torch.nn.utils.clip_grad_norm_ = clip_capturing_grads
+    try:
+        metrics = train()
+    finally:
+        torch.nn.utils.clip_grad_norm_ = clip
+    return grads, metrics
+
+
+def deepspeed_step_capturing_grads(strategy, train: Callable[[], dict]) -> tuple[dict[str, torch.Tensor], dict]:
+    """Runs train() on a DeepSpeedStrategy and returns (the full gradients of its last optimizer step, gathered
+    from the ZeRO partitions on every rank, train()'s metrics). Collective."""
+    from deepspeed.utils import safe_get_full_grad
+
+    grads: dict[str, torch.Tensor] = {}
+    engine_step = strategy.engine.step
+
+    def step_capturing_grads(*args, **kwargs):
+        for name, p in strategy.module.named_parameters():  # collective: every rank, same order
+            grads[name] = safe_get_full_grad(p).detach().float().cpu().clone()
+        return engine_step(*args, **kwargs)
+
+    strategy.engine.step = step_capturing_grads
+    try:
+        metrics = train()
+    finally:
+        strategy.engine.step = engine_step
+    return grads, metrics
+
+
+def save_step_load_step(strategy, ckpt: str, train: Callable[[], dict]) -> dict:
+    """Save, train a step, load, train the same step again (collective): what a round trip must reproduce. Returns
+    the metrics and fp32 parameters after each part, and the exported model directory."""
+    params = lambda: strategy.named_parameters_for_sync(torch.float32)  # noqa: E731
+    strategy.save(ckpt)
+    out = {"second_step": train(), "after_second": params()}
+    strategy.load(ckpt)
+    out["after_load"] = params()
+    out.update(second_step_again=train(), after_second_again=params(), exported=f"{ckpt}/model")
+    return out
