@@ -171,7 +171,7 @@ def sections(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[st
     """(section path, model, rows [key, type, default, bounds, meaning]) in declaration order, nested sections
     after their parent."""
     comments, annotations = {}, {}
-    for cls in reversed([c for c in model.__mro__ if issubclass(c, BaseModel) and c.__module__.startswith("rlvr")]):
+    for cls in reversed([c for c in model.__mro__ if issubclass(c, BaseModel) and c is not BaseModel]):
         comments.update(source_comments(cls))  # inherited fields (TrainerConfig's) keep their comments
         annotations.update(source_annotations(cls))
     rows, children = [], []
