@@ -95,8 +95,40 @@ class JudgeServerConfig(Strict):
     startup_timeout_s: float = Field(600.0, gt=0)
 
 
+class EnvConfig(Strict):
+    """A multi-turn environment domain (rlvr/envs/base.py): the policy acts, the env answers, turn by turn."""
+
+    path: str  # import path of an Env subclass, e.g. rlvr.envs.grid_puzzle.GridPuzzleEnv
+    args: dict[str, Any] = {}  # passed to the env's constructor and to its make_tasks
+    max_turns: int = Field(5, ge=1)
+    max_tokens_per_turn: int | None = Field(None, ge=1)  # policy tokens per turn; None: generation.max_new_tokens
+    # The whole episode (first prompt + every turn + every observation) must fit in this many tokens; an episode
+    # that would outgrow it ends with finish reason "token_budget". The vLLM context is sized to hold it.
+    max_total_tokens: int = Field(1024, ge=16)
+    step_timeout_s: float = Field(30.0, gt=0)  # deadline of one reset() / step() call
+    train_tasks: int = Field(256, ge=1)  # tasks the env's make_tasks draws for training
+    val_tasks: int = Field(16, ge=1)  # ... and for validation (disjoint seeds)
+    max_env_threads: int = Field(16, ge=1)  # threads for envs whose reset/step are plain defs
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"path": data} if isinstance(data, str) else data  # `env: pkg.module.Class`
+
+
 class DomainConfig(Strict):
-    reward: RewardConfig
+    """A domain is scored by a reward worker (single-turn) or played in an env (multi-turn): exactly one."""
+
+    reward: RewardConfig | None = None
+    env: EnvConfig | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "DomainConfig":
+        if self.reward is not None and self.env is not None:
+            raise _keyed("env", "a domain names a reward worker or an env, not both")
+        if self.reward is None and self.env is None:
+            raise _keyed("reward", "a domain needs a reward worker (reward.worker) or an env (env.path)")
+        return self
 
 
 class FilterConfig(Strict):
@@ -234,12 +266,23 @@ class ActorTrainConfig(Strict):
         return self.strategy == "deepspeed" and self.bf16_autocast and self.deepspeed.bf16_weights
 
 
+class GiGPOConfig(Strict):
+    """GiGPO's step level (rlvr/algorithms/gigpo.py); the episode level follows algorithm.norm_adv_by_std."""
+
+    gamma: float = Field(0.95, ge=0, le=1)  # discount of the step returns inside anchor groups
+    omega: float = Field(1.0, ge=0)  # weight of the step-level advantage: A = A^E + omega * A^S
+    step_norm: Literal["mean_norm", "mean_std_norm"] = "mean_norm"  # subtract the anchor-group mean (/ std)
+
+
 class AlgorithmConfig(Strict):
     """Loss and advantage settings. `preset` expands to documented defaults (rlvr/algorithms/presets.py);
     every other key here overrides the preset's value."""
 
     preset: str = "grpo"
-    adv_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"] = "grpo"
+    # gigpo / multi_step_grpo: per-turn advantages on env domains; on reward domains the episode level alone
+    # (one turn, nothing to assign), i.e. GRPO with norm_adv_by_std.
+    adv_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "gigpo", "multi_step_grpo"] = "grpo"
+    gigpo: GiGPOConfig = GiGPOConfig()
     norm_adv_by_std: bool = True
     clip_eps_low: float = Field(0.2, ge=0)
     clip_eps_high: float = Field(0.2, ge=0)

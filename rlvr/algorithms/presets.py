@@ -8,6 +8,9 @@
 | reinforce_pp | group mean, batch whitening        | token-mean                | REINFORCE++-baseline               |
 | dapo         | group mean / std                   | token-mean                | clip 0.2/0.28, overlong shaping,   |
 |              |                                    |                           | zero-spread filter with refill     |
+| gigpo        | episode + anchor-state step level  | token-mean                | GiGPO (arXiv 2505.10978): gamma    |
+|              | (env domains; GRPO on reward ones) |                           | 0.95, omega 1, mean_norm (F = 1)   |
+| multi_step_grpo | episode level on every turn     | token-mean                | GiGPO's baseline, F = 1            |
 
 The KL term is off in every preset (kl_loss_coef: 0): recent recipes (DAPO, Dr.GRPO) drop it for verifiable
 rewards, and it costs a reference forward pass. Set `algorithm.kl_loss_coef` to turn it on.
@@ -44,6 +47,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                       "overlong_penalty_factor": 1.0},
         "rollout": {"filter": {"zero_spread": True, "metric": "correct"}, "max_refill_rounds": 10},
     },
+    # GiGPO with the paper's agent-benchmark settings (F_norm = 1 at both levels, gamma 0.95, omega 1; also
+    # verl-agent's defaults). The step level's keys live under algorithm.gigpo.
+    "gigpo": {"algorithm": {**_COMMON, "adv_estimator": "gigpo", "norm_adv_by_std": False}},
+    "multi_step_grpo": {"algorithm": {**_COMMON, "adv_estimator": "multi_step_grpo", "norm_adv_by_std": False}},
 }
 
 

@@ -3,7 +3,8 @@
 Layout (right padding): `input_ids[b] = prompt_ids + response_ids + pad`. Token-level tensors have T-1 columns and
 are aligned with the *targets* `input_ids[:, 1:]`: column t holds what concerns the token at position t+1 (its
 logprob, its advantage, whether it counts in the loss). `loss_mask` is 1 on response tokens of samples whose reward
-is valid, so a failed reward never enters the loss.
+is valid, so a failed reward never enters the loss; in a multi-turn sample only on the policy's own tokens
+(`turn_index` >= 0), never on the environment's observation tokens.
 """
 
 from __future__ import annotations
@@ -85,15 +86,25 @@ def build_train_batch(samples: list[Sample], seq_advantages: torch.Tensor, pad_i
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((n, width), dtype=torch.long)
     loss_mask = torch.zeros((n, width - 1), dtype=torch.float32)
+    multi_turn = any(s.turn_index is not None for s in samples)
+    turn_index = torch.full((n, width - 1), -1, dtype=torch.long) if multi_turn else None
     for b, s in enumerate(samples):
         p, r = len(s.prompt.prompt_ids), len(s.response_ids)
         input_ids[b, : p + r] = torch.tensor(s.prompt.prompt_ids + s.response_ids, dtype=torch.long)
         attention_mask[b, : p + r] = 1
+        if turn_index is not None:  # multi-turn: the policy's tokens (turn >= 0), never the observations;
+            # a single-turn response is all turn 0
+            turn_index[b, p - 1 : p + r - 1] = torch.tensor(s.turn_index if s.turn_index is not None else [0] * r,
+                                                            dtype=torch.long)
         if in_loss(s, mask_truncated):
             loss_mask[b, p - 1 : p + r - 1] = 1.0  # target positions p .. p+r-1 are the response tokens
+    if turn_index is not None:
+        loss_mask = loss_mask * (turn_index >= 0)
     advantages = seq_advantages.to(torch.float32)[:, None] * loss_mask
     tensors = {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
                "advantages": advantages}
+    if turn_index is not None:
+        tensors["turn_index"] = turn_index  # agent turn of each target token, -1 elsewhere
     if samples and all(s.logprobs is not None for s in samples):
         # The behaviour policy's logprob of each response token, aligned with the targets like loss_mask.
         behav = torch.zeros((n, width - 1), dtype=torch.float32)

@@ -11,6 +11,7 @@ from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
 from rlvr.config import AlgorithmConfig
 from rlvr.data.batch import TrainBatch, build_train_batch, in_loss
 from rlvr.data.types import Group, Sample
+from rlvr.pipeline.turn_advantages import turn_advantages, with_turn_advantages
 
 
 def group_rewards(groups: list[Group]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,7 +23,7 @@ def group_rewards(groups: list[Group]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def estimator(cfg: AlgorithmConfig):
-    if cfg.adv_estimator == "grpo":
+    if cfg.adv_estimator in ("grpo", "gigpo", "multi_step_grpo"):  # GiGPO's episode level is GRPO's
         return functools.partial(grpo_advantages, norm_by_std=cfg.norm_adv_by_std)
     return ADVANTAGE_ESTIMATORS[cfg.adv_estimator]
 
@@ -36,6 +37,7 @@ def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmCon
     """
     samples: list[Sample] = []
     advantages: list[torch.Tensor] = []
+    per_turn: list[torch.Tensor | None] = []  # env domains under gigpo / multi_step_grpo: advantages per turn
     metrics: dict[str, float] = {}
     for domain, groups in groups_by_domain.items():
         if not groups:
@@ -44,6 +46,9 @@ def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmCon
         adv = estimator(cfg)(rewards, valid)
         samples.extend(s for g in groups for s in g.samples)
         advantages.append(adv.reshape(-1))
+        turn_rows, turn_metrics = turn_advantages(groups, cfg)
+        per_turn.extend(turn_rows)
+        metrics.update({f"{domain}/{k}": v for k, v in turn_metrics.items()})
         ok = adv[valid]
         metrics[f"{domain}/advantage/abs_mean"] = float(ok.abs().mean()) if ok.numel() else 0.0
         spread = (rewards.nan_to_num(0).amax(1) > rewards.nan_to_num(0).amin(1)) & valid.all(1)
@@ -51,6 +56,7 @@ def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmCon
     order = torch.from_numpy(np.random.default_rng(seed).permutation(len(samples)))
     samples = [samples[i] for i in order]
     batch = build_train_batch(samples, torch.cat(advantages)[order], pad_id, mask_truncated)
+    batch = with_turn_advantages(batch, [per_turn[i] for i in order])
     masked = sum(not in_loss(s, mask_truncated) for s in samples)
     sizes = {len(g.samples) for gs in groups_by_domain.values() for g in gs}
     metrics.update({"batch/groups": float(sum(len(gs) for gs in groups_by_domain.values())),
