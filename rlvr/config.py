@@ -6,6 +6,7 @@ file or the command-line override), because a silently ignored key is the most e
 
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -487,6 +488,19 @@ def _describe(err: ValidationError, path: Path, overridden: dict[str, str]) -> s
         origin = next((f"override '{o}'" for k, o in overridden.items() if key == k or key.startswith(k + ".")), None)
         lines.append(f"{origin or path}: {key or '<top level>'}: {msg}")
     return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def import_class(key: str, path: str, base: type, what: str) -> type:
+    """The subclass of `base` that the import path `path` (the value of config key `key`) names; a ConfigError
+    naming the key otherwise, so a typo fails before any actor starts."""
+    module_name, _, attr = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"{key}: cannot import '{path}': {err}") from None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(f"{key}: '{path}' is not {what}")
+    return cls
 
 
 def save_resolved(cfg: Config, run_dir: Path) -> Path:

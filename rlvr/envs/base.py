@@ -42,12 +42,11 @@ whitespace-normalised observation; override it when the observation carries text
 from __future__ import annotations
 
 import hashlib
-import importlib
 import math
 import random
 from typing import Any
 
-from rlvr.config import ConfigError, EnvConfig
+from rlvr.config import ConfigError, EnvConfig, import_class
 
 
 class EnvOutputError(ValueError):
@@ -87,15 +86,7 @@ class Env:
 
 def resolve_env_class(domain: str, cfg: EnvConfig) -> type[Env]:
     """Imports `cfg.path`; errors name the config key, so a typo fails before any actor starts."""
-    key = f"domains.{domain}.env.path"
-    module_name, _, attr = cfg.path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"{key}: cannot import '{cfg.path}': {err}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Env)):
-        raise ConfigError(f"{key}: '{cfg.path}' is not an Env subclass (rlvr.envs.base.Env)")
-    return cls
+    return import_class(f"domains.{domain}.env.path", cfg.path, Env, "an Env subclass (rlvr.envs.base.Env)")
 
 
 def check_args(domain: str, cls: type[Env], cfg: EnvConfig) -> None:

@@ -358,3 +358,32 @@ def test_stop_at_eos_after_weight_update(engine, tokenizer, reference, eos_ids):
                 assert g.text == ""
     finally:
         engine.run(eng.load_weights(sync_tensors(reference), version + 2))
+
+
+def test_each_turn_of_an_episode_is_served_by_the_prefix_cache(engine, tokenizer):
+    """A multi-turn episode (rlvr/rollout/episode.py) sends each turn's whole sequence as the next prompt: vLLM's
+    prefix cache holds all of it but the last partial block."""
+    if engine.kind != "vllm":
+        pytest.skip("prefix caching is vLLM's")
+    from rlvr.config import EnvConfig
+    from rlvr.rollout.episode import EpisodeRunner, env_prompts
+
+    eng, prompts = engine.engine, []
+
+    async def generate(ids, sampling, request_id):
+        prompts.append(len(ids))
+        return (await eng.generate(ids, 1, sampling, request_id))[0]
+
+    cfg = EnvConfig(path="rlvr.envs.grid_puzzle.GridPuzzleEnv", max_turns=3, max_tokens_per_turn=8,
+                    max_total_tokens=1000, args={"size": 4, "holes": 0, "min_distance": 6, "max_distance": 6})
+    runner = EpisodeRunner("grid", cfg, tokenizer, 8)
+    before = dict(eng.stats)
+    sample = engine.run(runner.run_episode(env_prompts("grid", cfg, "train", 0)[0], 0, generate,
+                                           SamplingParams(max_new_tokens=8), 0, "prefix"))
+    assert sample.scored_ok and sample.episode.turns == len(prompts) >= 2
+    cached = eng.stats["cached_prompt_tokens"] - before["cached_prompt_tokens"]
+    block = 16  # vLLM's default KV block: a partly filled last block is not reused
+    reusable = sum((p // block) * block for p in prompts[:-1])  # what each turn leaves for the next
+    print(f"\nprefix cache: {cached} of {sum(prompts)} prompt tokens cached over {len(prompts)} turns "
+          f"(at least {reusable} expected)")
+    assert cached >= reusable

@@ -29,7 +29,8 @@ class SlowGridEnvForTest(GridPuzzleEnv):
 
 class FaultyEnvForTest(Env):
     """On turn `on_turn`, per `mode`: raise | hang_thread (a plain def that sleeps past the deadline) | garbage
-    (not a 4-tuple) | bad_reward (NaN); `bad_reset` returns a number as the first observation."""
+    (not a 4-tuple) | bad_reward (NaN); `bad_reset` returns a number as the first observation; `mixed` raises,
+    returns garbage or ends with success by the reply's length modulo 3."""
 
     def __init__(self, mode: str = "raise", on_turn: int = 1, sleep_s: float = 3.0):
         self.mode, self.on_turn, self.sleep_s, self.turn = mode, on_turn, sleep_s, 0
@@ -39,6 +40,13 @@ class FaultyEnvForTest(Env):
 
     def step(self, action_text):
         self.turn += 1
+        if self.mode == "mixed":  # by the reply's length: some episodes of a group fail, others go on
+            kind = len(action_text) % 3
+            if kind == 0:
+                raise RuntimeError("injected env failure")
+            if kind == 1:
+                return ["not", "a", "step"]
+            return "ok", 1.0, True, {"success": True}
         if self.turn - 1 == self.on_turn:
             if self.mode == "raise":
                 raise RuntimeError("injected env failure")
