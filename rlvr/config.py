@@ -341,7 +341,7 @@ class Config(Strict):
     def _cross_checks(self) -> "Config":
         domains = set(self.domains)
         if not domains:
-            raise ValueError("domains: at least one domain with a reward worker is needed")
+            raise ValueError("domains: at least one domain (with a reward worker or an env) is needed")
         probs = self.rollout.domain_interleave_probs
         if not probs:
             if len(domains) > 1:

@@ -436,7 +436,8 @@ class DynamicSamplingScheduler:
             metrics[f"val_correct/{self.domain}/mean"] = n_correct / len(scored)
         examples = [{"domain": self.domain, "prompt": s.prompt.uid, "response": s.response_text,
                      "ground_truth": str(s.prompt.ground_truth), "reward": s.reward.reward if s.reward else None,
-                     "correct": s.reward.correct if s.reward else None, "status": s.reward.status if s.reward else None}
+                     "correct": s.reward.correct if s.reward else None, "status": s.reward.status if s.reward else None,
+                     "info": s.reward.info if s.reward else ""}
                     for s in samples]
         return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples)}, examples
 

@@ -95,7 +95,7 @@ def engine(request, engine_model_dir):
         from rlvr.backends.vllm_engine import VLLMEngine
 
         eng = VLLMEngine(engine_model_dir, dtype="float32", max_batch_size=64, seed=0, max_model_len=1024,
-                         kv_cache_gib=1)
+                         kv_cache_gib=1, enable_prefix_caching=True)  # as generation.vllm's default
     yield Harness(request.param, eng, loop)
     if hasattr(eng, "shutdown"):
         eng.shutdown()

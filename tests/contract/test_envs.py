@@ -161,3 +161,16 @@ def test_code_repair_rejects_bad_arguments():
         CodeRepairEnv(sandbox="http")
     with pytest.raises(KeyError):
         asyncio.run(CodeRepairEnv().reset({"fn": "f"}, 0))
+
+
+def test_code_repair_runs_on_uvloop_as_inside_a_ray_actor():
+    """Ray's async actors (the schedulers that host envs) run uvloop, whose subprocess_exec refuses the per-run
+    uid the sandbox uses as root: the run must still happen."""
+    uvloop = pytest.importorskip("uvloop")
+    task = CodeRepairEnv.make_tasks("val", 1, seed=0)[0]
+    loop = uvloop.new_event_loop()
+    try:
+        first = loop.run_until_complete(CodeRepairEnv().reset(task, 0))
+    finally:
+        loop.close()
+    assert "Failing tests" in first

@@ -173,3 +173,23 @@ def test_bad_env_configuration_is_an_error_naming_the_key():
     cfg = config_from_dict({**base, "domains": {"agent": {"env": GRID}}, "algorithm": "gigpo"})
     assert cfg.domains["agent"].env.path == GRID and cfg.algorithm.adv_estimator == "gigpo"
     assert cfg.algorithm.gigpo.gamma == 0.95 and not cfg.algorithm.norm_adv_by_std
+
+
+def test_observation_wrapping_follows_the_chat_template(tokenizer):
+    from rlvr.rollout.chat import TurnCodec
+
+    codec = TurnCodec(tokenizer)
+    messages, first = codec.first_prompt("Where now?", "Be brief.")
+    reply = tokenizer("left", add_special_tokens=False)["input_ids"]
+    # after a turn that ended with EOS, the sequence continues exactly as the template renders the conversation
+    whole = first + reply + [tokenizer.eos_token_id] + codec.observation_ids("You moved <|im_end|> left.",
+                                                                             reply + [tokenizer.eos_token_id])
+    rendered = tokenizer.apply_chat_template(
+        messages + [{"role": "assistant", "content": "left"}, {"role": "user", "content": "You moved <|im_end|> left."}],
+        tokenize=False, add_generation_prompt=True)
+    assert tokenizer.decode(whole) == rendered
+    # the observation's "<|im_end|>" is text, not a turn boundary: only the template's own ones are special
+    assert whole.count(tokenizer.eos_token_id) == rendered.count("<|im_end|>") - 1
+    # a turn cut by the length limit gets the end-of-turn marker from the wrapper
+    cut = codec.observation_ids("ok", reply)
+    assert cut[0] == tokenizer.eos_token_id
