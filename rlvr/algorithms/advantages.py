@@ -1,27 +1,66 @@
-"""Outcome-reward advantage estimators for group-sampled RLVR.
+"""Advantage estimators, and the token-level advantage contract every estimator follows.
 
-Every estimator takes the rewards of a batch laid out by prompt group, `rewards` [G, n] (G prompts, n samples
-each), and `valid` [G, n] (bool, False where the reward could not be computed: verifier crash, timeout, ...).
-An invalid sample gets advantage 0, so it contributes no gradient, and it never enters a mean or a std: a
-failed verifier says nothing about how good the response was, and letting a placeholder reward (0, NaN) into
-the group statistics would bias every other sample of the group.
+The contract (shared by every estimator, the critic, and multi-turn / GiGPO work)
+--------------------------------------------------------------------------------
+* Where: the driver (rlvr/pipeline/rlvr_pipeline.py, `RLVRPipeline.train_on`) builds the batch (ids, masks,
+  behaviour logprobs, scores, group index: rlvr/pipeline/batching.py::make_train_batch), then runs the forward
+  passes the step needs (reference logprobs, old-policy logprobs, critic values; concurrently), and only then
+  computes advantages, one domain at a time (rlvr/pipeline/batching.py::domain_advantages), before the critic
+  and actor updates. Advantages can therefore use values, reference logprobs and token-level KL.
+* Input: one domain's rows as an `AdvantageInputs` (tensors, B rows, T target-aligned columns):
+      scores        [B]     float  the sequence reward after reward processing (NaN or anything where not valid)
+      valid         [B]     bool   the reward was computed (False: verifier crash / timeout -> no signal)
+      group_index   [B]     long   prompt group of each row (any integers; equal = same prompt)
+      loss_mask     [B, T]  float  1 on response tokens that train (target-aligned like TrainBatch["loss_mask"]);
+                                   a valid row may have an all-0 mask (e.g. rollout.mask_truncated)
+      values        [B, T]  float  critic values V(s_t) at the same columns (optional; GAE)
+      token_rewards [B, T]  float  per-token rewards: the score on the row's last loss token plus any per-token
+                                   KL penalty (optional; GAE, REINFORCE / REINFORCE++)
+      turn_index    [B, T]  long   which agent turn an action token belongs to, -1 elsewhere (multi-turn only)
+      episode       dict           per-row episode data for estimators that need more (GiGPO anchor states, ...)
+  "Target-aligned" (rlvr/data/batch.py): column t concerns the token at input position t+1, i.e. it holds that
+  token's logprob, advantage and mask, and the value of the state *before* it (the hidden state at position t).
+* Output: `(advantages [B, T], returns [B, T] | None)`, float32, zero wherever loss_mask is 0
+  (`compute_advantages` enforces this). Sequence-level estimators broadcast one number per row over its loss
+  tokens; GAE fills per token; GiGPO fills per agent turn. `returns` are the critic's regression targets when
+  the estimator defines them.
+* In the batch: `TrainBatch["advantages"]` and (when given) `TrainBatch["returns"]` hold the result, [B, T-1]
+  like `loss_mask`; every loss, aggregation mode and off-policy correction downstream reads only these.
+* Registry: `ADVANTAGE_ESTIMATORS[name](inputs, settings) -> (advantages, returns | None)`, keyed by
+  `algorithm.adv_estimator`; `AdvantageSettings` carries the estimator knobs from the config. Adding an
+  estimator = a pure function here (or in its own module) plus one registry entry and its config literal.
 
-The result is one advantage per sequence, [G, n]; `broadcast_to_tokens` spreads it over the response tokens.
+Group estimators
+----------------
+The outcome-reward estimators below take the rewards of a batch laid out by prompt group, `rewards` [G, n]
+(G prompts, n samples each), and `valid` [G, n]; `grouped` adapts them to the contract (ragged groups are padded
+with invalid entries). An invalid sample gets advantage 0, so it contributes no gradient, and it never enters a
+mean or a std: a failed verifier says nothing about how good the response was, and letting a placeholder reward
+(0, NaN) into the group statistics would bias every other sample of the group.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
+from rlvr.algorithms.gigpo import (EpisodeTurns, gigpo_turn_advantages, multi_step_grpo_turn_advantages,
+                                   spread_turn_values, turns_from_tokens)
+
 __all__ = [
+    "AdvantageInputs",
+    "AdvantageSettings",
+    "ADVANTAGE_ESTIMATORS",
+    "GROUP_ESTIMATORS",
+    "compute_advantages",
+    "grouped",
     "grpo_advantages",
     "rloo_advantages",
     "reinforce_pp_baseline_advantages",
     "broadcast_to_tokens",
-    "ADVANTAGE_ESTIMATORS",
 ]
 
 
@@ -168,12 +207,146 @@ def broadcast_to_tokens(seq_adv: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return seq_adv.unsqueeze(-1) * mask.to(seq_adv.dtype)
 
 
-AdvantageFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+GroupFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-# name -> f(rewards [G, n], valid [G, n]) -> advantages [G, n]; names match `adv_estimator` in presets.py.
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
+# name -> f(rewards [G, n], valid [G, n]) -> advantages [G, n]: the group kernels.
+GROUP_ESTIMATORS: dict[str, GroupFn] = {
     "grpo": grpo_advantages,
     "dr_grpo": functools.partial(grpo_advantages, norm_by_std=False),
     "rloo": rloo_advantages,
     "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
 }
+
+
+# ---------------------------------------------------------------------------------------------- the contract
+@dataclass
+class AdvantageInputs:
+    """One domain's rows; see the module docstring for shapes and alignment."""
+
+    scores: torch.Tensor
+    valid: torch.Tensor
+    group_index: torch.Tensor
+    loss_mask: torch.Tensor
+    values: torch.Tensor | None = None
+    token_rewards: torch.Tensor | None = None
+    turn_index: torch.Tensor | None = None
+    episode: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        b = self.scores.shape[0]
+        if self.scores.dim() != 1 or self.valid.shape != (b,) or self.group_index.shape != (b,):
+            raise ValueError(f"scores, valid and group_index must be [B], got {tuple(self.scores.shape)}, "
+                             f"{tuple(self.valid.shape)}, {tuple(self.group_index.shape)}")
+        if self.loss_mask.dim() != 2 or self.loss_mask.shape[0] != b:
+            raise ValueError(f"loss_mask must be [B={b}, T], got {tuple(self.loss_mask.shape)}")
+        for name in ("values", "token_rewards", "turn_index"):
+            t = getattr(self, name)
+            if t is not None and t.shape != self.loss_mask.shape:
+                raise ValueError(f"{name} must have loss_mask's shape {tuple(self.loss_mask.shape)}, "
+                                 f"got {tuple(t.shape)}")
+
+
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """Estimator knobs, from `algorithm.*` (rlvr/pipeline/batching.py::advantage_settings)."""
+
+    norm_by_std: bool = True  # grpo: divide by the group std (False: Dr.GRPO); GiGPO's episode level too
+    eps: float = 1e-6
+    gigpo_gamma: float = 0.95  # GiGPO's step level (rlvr/algorithms/gigpo.py)
+    gigpo_omega: float = 1.0
+    gigpo_step_norm: str = "mean_norm"
+
+
+Estimator = Callable[[AdvantageInputs, AdvantageSettings], tuple[torch.Tensor, "torch.Tensor | None"]]
+
+
+def _group_layout(group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """(group g of each row, position of each row inside its group, G, largest group size n)."""
+    _, inverse = torch.unique(group_index, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    counts = torch.bincount(inverse, minlength=n_groups)
+    order = torch.argsort(inverse, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.empty_like(inverse)
+    position[order] = torch.arange(len(inverse)) - starts[inverse[order]]
+    return inverse, position, n_groups, int(counts.max()) if n_groups else 0
+
+
+def grouped(kernel: GroupFn) -> Estimator:
+    """A group kernel ([G, n] rewards) as a contract estimator: rows are laid out by `group_index` (groups may
+    differ in size: the padding is invalid, so it enters no statistic), and each row's sequence advantage is
+    broadcast over its loss tokens."""
+
+    def estimate(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, None]:
+        g, pos, n_groups, n = _group_layout(inp.group_index)
+        rewards = torch.zeros((n_groups, n), dtype=torch.float32)
+        valid = torch.zeros((n_groups, n), dtype=torch.bool)
+        rewards[g, pos] = inp.scores.to(torch.float32)
+        valid[g, pos] = inp.valid.to(torch.bool)
+        seq_adv = kernel(rewards, valid)[g, pos]
+        return broadcast_to_tokens(seq_adv, inp.loss_mask), None
+
+    return estimate
+
+
+def _grpo(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, None]:
+    kernel = functools.partial(grpo_advantages, norm_by_std=settings.norm_by_std, eps=settings.eps)
+    return grouped(kernel)(inp, settings)
+
+
+# name -> estimator over AdvantageInputs; names match the `algorithm.adv_estimator` literals in config.py.
+def episode_turns(inp: AdvantageInputs) -> EpisodeTurns | None:
+    """A domain's multi-turn episodes from the inputs (turn_index + episode["turn_reward", "state_id"]); None for
+    a single-turn domain."""
+    if inp.turn_index is None or "state_id" not in inp.episode:
+        return None
+    return turns_from_tokens(inp.scores, inp.valid, inp.group_index, inp.turn_index, inp.episode["turn_reward"],
+                             inp.episode["state_id"])
+
+
+def _per_turn(name: str) -> Estimator:
+    """GiGPO / multi-step GRPO: per-turn advantages on each turn's tokens; a single-turn domain (nothing to assign
+    between turns) gets the episode level alone, i.e. GRPO."""
+
+    def estimate(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, None]:
+        ep = episode_turns(inp)
+        if ep is None:
+            return _grpo(inp, settings)
+        if name == "gigpo":
+            per_turn, _ = gigpo_turn_advantages(ep, settings.gigpo_gamma, settings.gigpo_omega,
+                                                settings.gigpo_step_norm, settings.norm_by_std, settings.eps)
+        else:
+            per_turn = multi_step_grpo_turn_advantages(ep, settings.norm_by_std, settings.eps)
+        return spread_turn_values(per_turn, inp.turn_index) * inp.loss_mask, None
+
+    return estimate
+
+
+ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
+    "grpo": _grpo,
+    "dr_grpo": grouped(GROUP_ESTIMATORS["dr_grpo"]),
+    "rloo": grouped(rloo_advantages),
+    "reinforce_pp_baseline": grouped(reinforce_pp_baseline_advantages),
+    "gigpo": _per_turn("gigpo"),
+    "multi_step_grpo": _per_turn("multi_step_grpo"),
+}
+
+
+def compute_advantages(name: str, inp: AdvantageInputs,
+                       settings: AdvantageSettings = AdvantageSettings()) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Runs estimator `name` and enforces the output contract: float32 [B, T] tensors, 0 where loss_mask is 0
+    (with `where`, so a NaN outside the mask cannot survive)."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
+    advantages, returns = ADVANTAGE_ESTIMATORS[name](inp, settings)
+    keep = inp.loss_mask.to(torch.bool)
+    out = []
+    for t in (advantages, returns):
+        if t is None:
+            out.append(None)
+            continue
+        if t.shape != inp.loss_mask.shape:
+            raise ValueError(f"estimator {name!r} returned shape {tuple(t.shape)}, expected "
+                             f"{tuple(inp.loss_mask.shape)}")
+        out.append(torch.where(keep, t.to(torch.float32), torch.zeros((), dtype=torch.float32)))
+    return out[0], out[1]

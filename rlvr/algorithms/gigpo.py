@@ -43,7 +43,8 @@ StepNorm = Literal["mean_norm", "mean_std_norm"]
 STEP_NORMS: tuple[str, ...] = ("mean_norm", "mean_std_norm")
 
 __all__ = ["EpisodeTurns", "discounted_returns", "group_normalize", "anchor_groups", "gigpo_turn_advantages",
-           "multi_step_grpo_turn_advantages", "spread_turn_values", "intern_state_keys", "anchor_stats"]
+           "step_advantages", "multi_step_grpo_turn_advantages", "spread_turn_values", "intern_state_keys",
+           "anchor_stats", "turns_from_tokens"]
 
 
 @dataclass
@@ -134,17 +135,23 @@ def gigpo_turn_advantages(ep: EpisodeTurns, gamma: float = 0.95, omega: float = 
                           eps: float = 1e-6) -> tuple[torch.Tensor, dict[str, float]]:
     """[B, K] A^E + omega * A^S per turn (0 on turns not taken and on masked episodes), and statistics of the
     step level (`anchor_stats` plus the mean |A^S| over counted steps)."""
+    a_s, stats = step_advantages(ep, gamma, step_norm, eps)
+    return multi_step_grpo_turn_advantages(ep, norm_by_std, eps) + omega * a_s, stats
+
+
+def step_advantages(ep: EpisodeTurns, gamma: float = 0.95, step_norm: StepNorm = "mean_norm",
+                    eps: float = 1e-6) -> tuple[torch.Tensor, dict[str, float]]:
+    """[B, K] A^S, GiGPO's step level alone, and its statistics (`anchor_stats` + mean |A^S| over counted steps)."""
     if step_norm not in STEP_NORMS:
         raise ValueError(f"step_norm must be one of {STEP_NORMS}, got {step_norm!r}")
     steps = ep.steps
-    a_e = multi_step_grpo_turn_advantages(ep, norm_by_std, eps)
     returns = discounted_returns(ep.turn_rewards.to(torch.float32), steps, gamma)
     anchors = anchor_groups(ep.group_index, ep.state_ids, steps)
     a_s = group_normalize(returns.reshape(-1), steps.reshape(-1), anchors.reshape(-1),
                           step_norm == "mean_std_norm", eps).reshape(returns.shape)
     stats = anchor_stats(anchors)
     stats["step_adv_abs_mean"] = float(a_s[steps].abs().mean()) if bool(steps.any()) else 0.0
-    return a_e + omega * a_s, stats
+    return a_s, stats
 
 
 def anchor_stats(anchors: torch.Tensor) -> dict[str, float]:
@@ -185,3 +192,24 @@ def intern_state_keys(keys: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor
             ids[b, t] = table.setdefault(key, len(table))
             valid[b, t] = True
     return ids, valid
+
+
+def turns_from_tokens(scores: torch.Tensor, valid: torch.Tensor, group_index: torch.Tensor,
+                      turn_index: torch.Tensor, turn_reward: torch.Tensor,
+                      state_id: torch.Tensor) -> EpisodeTurns | None:
+    """EpisodeTurns from the batch's token-aligned multi-turn tensors (rlvr/data/turns.py): per row, turn k's
+    state is the state id on its tokens, its reward the sum of turn_reward over them (one non-zero entry). None
+    when no row holds an episode (a single-turn domain). A valid row without turns is masked here."""
+    if not bool((state_id >= 0).any()):
+        return None
+    b = turn_index.shape[0]
+    k = int(turn_index.max()) + 1
+    rewards = torch.zeros((b, k), dtype=torch.float32)
+    states = torch.full((b, k), -1, dtype=torch.long)
+    rows, cols = ((turn_index >= 0) & (state_id >= 0)).nonzero(as_tuple=True)
+    turns = turn_index[rows, cols]
+    states[rows, turns] = state_id[rows, cols]
+    rewards.index_put_((rows, turns), turn_reward[rows, cols].to(torch.float32), accumulate=True)
+    turn_valid = states >= 0
+    return EpisodeTurns(scores=torch.nan_to_num(scores.to(torch.float32)), valid=valid.bool() & turn_valid.any(1),
+                        group_index=group_index, turn_rewards=rewards, state_ids=states, turn_valid=turn_valid)

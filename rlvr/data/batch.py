@@ -4,7 +4,12 @@ Layout (right padding): `input_ids[b] = prompt_ids + response_ids + pad`. Token-
 are aligned with the *targets* `input_ids[:, 1:]`: column t holds what concerns the token at position t+1 (its
 logprob, its advantage, whether it counts in the loss). `loss_mask` is 1 on response tokens of samples whose reward
 is valid, so a failed reward never enters the loss; in a multi-turn sample only on the policy's own tokens
-(`turn_index` >= 0), never on the environment's observation tokens.
+(`turn_index` >= 0), never on the environment's observation tokens (rlvr/data/turns.py has the multi-turn tensors).
+
+Per-row tensors ([B]): `scores` (the reward, NaN where it failed), `valid` (the reward was computed), `group_index`
+(rows with the same prompt group share it) and `domain_index` (position of the row's domain in the driver's domain
+list). Advantages ([B, T-1], `advantages` and optionally `returns`) are added later by the driver, after the
+forward passes (see rlvr/algorithms/advantages.py for the contract).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.data.turns import turn_tensors
 from rlvr.data.types import Sample
 
 
@@ -77,34 +83,35 @@ def in_loss(sample: Sample, mask_truncated: bool = False) -> bool:
     return sample.scored_ok and not (mask_truncated and sample.finish_reason == "length")
 
 
-def build_train_batch(samples: list[Sample], seq_advantages: torch.Tensor, pad_id: int,
-                      mask_truncated: bool = False) -> TrainBatch:
-    """Pad samples into a TrainBatch; each sample's scalar advantage is spread over its response tokens."""
+def build_train_batch(samples: list[Sample], pad_id: int, mask_truncated: bool = False,
+                      domains: list[str] | None = None) -> TrainBatch:
+    """Pad samples into a TrainBatch (no advantages yet). `domains` orders `domain_index` (default: the order in
+    which the samples' domains first appear)."""
     lengths = [len(s.prompt.prompt_ids) + len(s.response_ids) for s in samples]
     width = max(lengths)
     n = len(samples)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((n, width), dtype=torch.long)
     loss_mask = torch.zeros((n, width - 1), dtype=torch.float32)
-    multi_turn = any(s.turn_index is not None for s in samples)
-    turn_index = torch.full((n, width - 1), -1, dtype=torch.long) if multi_turn else None
     for b, s in enumerate(samples):
         p, r = len(s.prompt.prompt_ids), len(s.response_ids)
         input_ids[b, : p + r] = torch.tensor(s.prompt.prompt_ids + s.response_ids, dtype=torch.long)
         attention_mask[b, : p + r] = 1
-        if turn_index is not None:  # multi-turn: the policy's tokens (turn >= 0), never the observations;
-            # a single-turn response is all turn 0
-            turn_index[b, p - 1 : p + r - 1] = torch.tensor(s.turn_index if s.turn_index is not None else [0] * r,
-                                                            dtype=torch.long)
         if in_loss(s, mask_truncated):
             loss_mask[b, p - 1 : p + r - 1] = 1.0  # target positions p .. p+r-1 are the response tokens
-    if turn_index is not None:
-        loss_mask = loss_mask * (turn_index >= 0)
-    advantages = seq_advantages.to(torch.float32)[:, None] * loss_mask
+    turns = turn_tensors(samples, width)
+    if turns:
+        loss_mask = loss_mask * (turns["turn_index"] >= 0)
+    domains = list(domains) if domains is not None else list(dict.fromkeys(s.prompt.domain for s in samples))
+    groups: dict[tuple[str, str], int] = {}
     tensors = {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
-               "advantages": advantages}
-    if turn_index is not None:
-        tensors["turn_index"] = turn_index  # agent turn of each target token, -1 elsewhere
+               "scores": torch.tensor([s.reward.reward if s.scored_ok else float("nan") for s in samples],
+                                      dtype=torch.float32),
+               "valid": torch.tensor([s.scored_ok for s in samples], dtype=torch.bool),
+               "group_index": torch.tensor([groups.setdefault((s.prompt.domain, s.group_id), len(groups)) for s in samples],
+                                           dtype=torch.long),
+               "domain_index": torch.tensor([domains.index(s.prompt.domain) for s in samples], dtype=torch.long),
+               **turns}
     if samples and all(s.logprobs is not None for s in samples):
         # The behaviour policy's logprob of each response token, aligned with the targets like loss_mask.
         behav = torch.zeros((n, width - 1), dtype=torch.float32)

@@ -1,62 +1,32 @@
-"""Groups of scored samples -> one TrainBatch with per-domain advantages."""
+"""Groups of scored samples -> one TrainBatch; per-domain advantages on it once its forward passes are done."""
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import torch
 
-from rlvr.algorithms.advantages import ADVANTAGE_ESTIMATORS, grpo_advantages
+from rlvr.algorithms.advantages import AdvantageInputs, AdvantageSettings, compute_advantages, episode_turns
+from rlvr.algorithms.gigpo import step_advantages
 from rlvr.config import AlgorithmConfig
 from rlvr.data.batch import TrainBatch, build_train_batch, in_loss
 from rlvr.data.types import Group, Sample
-from rlvr.pipeline.turn_advantages import turn_advantages, with_turn_advantages
 
 
-def group_rewards(groups: list[Group]) -> tuple[torch.Tensor, torch.Tensor]:
-    """rewards [G, n] (NaN where failed) and valid [G, n]."""
-    rewards = torch.tensor([[s.reward.reward if s.scored_ok else float("nan") for s in g.samples] for g in groups],
-                           dtype=torch.float32)
-    valid = torch.tensor([[s.scored_ok for s in g.samples] for g in groups], dtype=torch.bool)
-    return rewards, valid
-
-
-def estimator(cfg: AlgorithmConfig):
-    if cfg.adv_estimator in ("grpo", "gigpo", "multi_step_grpo"):  # GiGPO's episode level is GRPO's
-        return functools.partial(grpo_advantages, norm_by_std=cfg.norm_adv_by_std)
-    return ADVANTAGE_ESTIMATORS[cfg.adv_estimator]
-
-
-def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmConfig, pad_id: int, seed: int,
+def make_train_batch(groups_by_domain: dict[str, list[Group]], domains: list[str], pad_id: int, seed: int,
                      mask_truncated: bool = False) -> tuple[TrainBatch, list[Sample], dict[str, float]]:
-    """Advantages are computed per domain (each domain's groups only), then every sample becomes a row.
+    """Every sample becomes a row (scores, valid, group and domain index included; no advantages yet).
 
-    Rows are shuffled with a seeded generator so that mini-batches mix domains; groups need no contiguity once
-    their advantages are computed.
+    Rows are shuffled with a seeded generator so that mini-batches mix domains; groups need no contiguity (the
+    estimators find them by `group_index`).
     """
-    samples: list[Sample] = []
-    advantages: list[torch.Tensor] = []
-    per_turn: list[torch.Tensor | None] = []  # env domains under gigpo / multi_step_grpo: advantages per turn
+    samples = [s for gs in groups_by_domain.values() for g in gs for s in g.samples]
     metrics: dict[str, float] = {}
     for domain, groups in groups_by_domain.items():
-        if not groups:
-            continue
-        rewards, valid = group_rewards(groups)
-        adv = estimator(cfg)(rewards, valid)
-        samples.extend(s for g in groups for s in g.samples)
-        advantages.append(adv.reshape(-1))
-        turn_rows, turn_metrics = turn_advantages(groups, cfg)
-        per_turn.extend(turn_rows)
-        metrics.update({f"{domain}/{k}": v for k, v in turn_metrics.items()})
-        ok = adv[valid]
-        metrics[f"{domain}/advantage/abs_mean"] = float(ok.abs().mean()) if ok.numel() else 0.0
-        spread = (rewards.nan_to_num(0).amax(1) > rewards.nan_to_num(0).amin(1)) & valid.all(1)
-        metrics[f"{domain}/groups/with_signal_frac"] = float(spread.float().mean())
-    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(samples)))
+        if groups:
+            metrics[f"{domain}/groups/with_signal_frac"] = sum(map(_has_signal, groups)) / len(groups)
+    order = np.random.default_rng(seed).permutation(len(samples))
     samples = [samples[i] for i in order]
-    batch = build_train_batch(samples, torch.cat(advantages)[order], pad_id, mask_truncated)
-    batch = with_turn_advantages(batch, [per_turn[i] for i in order])
+    batch = build_train_batch(samples, pad_id, mask_truncated, domains)
     masked = sum(not in_loss(s, mask_truncated) for s in samples)
     sizes = {len(g.samples) for gs in groups_by_domain.values() for g in gs}
     metrics.update({"batch/groups": float(sum(len(gs) for gs in groups_by_domain.values())),
@@ -66,3 +36,64 @@ def make_train_batch(groups_by_domain: dict[str, list[Group]], cfg: AlgorithmCon
                                                         for s in samples)),
                     "batch/response_tokens": float(batch["loss_mask"].sum())})
     return batch, samples, metrics
+
+
+def _has_signal(group: Group) -> bool:
+    """Every reward in and not all equal: the group can move the policy."""
+    if not all(s.scored_ok for s in group.samples):
+        return False
+    return len({s.reward.reward for s in group.samples}) > 1
+
+
+def advantage_settings(cfg: AlgorithmConfig) -> AdvantageSettings:
+    g = cfg.gigpo
+    return AdvantageSettings(norm_by_std=cfg.norm_adv_by_std, gigpo_gamma=g.gamma, gigpo_omega=g.omega,
+                             gigpo_step_norm=g.step_norm)
+
+
+def domain_inputs(batch: TrainBatch, rows: torch.Tensor) -> AdvantageInputs:
+    """The contract's inputs for a subset of rows (one domain's)."""
+    def optional(key: str) -> torch.Tensor | None:
+        t = batch.get(key)
+        return None if t is None else t[rows]
+
+    return AdvantageInputs(scores=batch["scores"][rows], valid=batch["valid"][rows],
+                           group_index=batch["group_index"][rows], loss_mask=batch["loss_mask"][rows],
+                           values=optional("values"), token_rewards=optional("token_rewards"),
+                           turn_index=optional("turn_index"),
+                           episode={k: batch[k][rows] for k in ("turn_reward", "state_id") if k in batch.tensors})
+
+
+def domain_advantages(batch: TrainBatch, domains: list[str],
+                      cfg: AlgorithmConfig) -> tuple[TrainBatch, dict[str, float]]:
+    """Advantages (and returns, when the estimator gives them) computed per domain, over that domain's rows only,
+    written into `advantages` / `returns` [B, T-1]."""
+    mask = batch["loss_mask"]
+    advantages = torch.zeros_like(mask)
+    returns: torch.Tensor | None = None
+    metrics: dict[str, float] = {}
+    settings = advantage_settings(cfg)
+    for i, domain in enumerate(domains):
+        rows = (batch["domain_index"] == i).nonzero().squeeze(1)
+        if not len(rows):
+            continue
+        inputs = domain_inputs(batch, rows)
+        adv, ret = compute_advantages(cfg.adv_estimator, inputs, settings)
+        metrics.update(anchor_metrics(domain, inputs, settings))
+        advantages[rows] = adv
+        if ret is not None:
+            returns = torch.zeros_like(mask) if returns is None else returns
+            returns[rows] = ret
+        tokens = mask[rows].sum()
+        metrics[f"{domain}/advantage/abs_mean"] = float(adv.abs().sum() / tokens) if tokens else 0.0
+    batch = batch.with_tensor("advantages", advantages)
+    return (batch if returns is None else batch.with_tensor("returns", returns)), metrics
+
+
+def anchor_metrics(domain: str, inputs: AdvantageInputs, settings: AdvantageSettings) -> dict[str, float]:
+    """An env domain's anchor-state groups (GiGPO's step level) in this batch, whatever the estimator."""
+    ep = episode_turns(inputs)
+    if ep is None:
+        return {}
+    _, stats = step_advantages(ep, settings.gigpo_gamma, settings.gigpo_step_norm, settings.eps)
+    return {f"{domain}/gigpo/{k}": v for k, v in stats.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rlvr.config import Config
 
 # Phases that keep the cores busy; `val` is left out (it is not part of a training step's critical path).
-COMPUTE_PHASES = ("model_update", "generate", "generate_ahead", "advantages", "reference", "old_logprobs", "train")
+COMPUTE_PHASES = ("model_update", "generate", "generate_ahead", "batch", "forwards", "advantages", "train")
 SUMMED = ("batch/groups", "batch/samples", "batch/masked_samples", "batch/masked_truncated", "batch/response_tokens",
           "actor/updates", "actor/skipped_updates")
 

@@ -19,7 +19,7 @@ from rlvr.data.batch import TrainBatch
 from rlvr.data.types import Group
 from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline import checkpoint
-from rlvr.pipeline.batching import make_train_batch
+from rlvr.pipeline.batching import domain_advantages, make_train_batch
 from rlvr.pipeline.build import (build_clusters, build_episode_runners, load_domain_data, new_run_dir,
                                  start_local_judge, start_ray)
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
@@ -67,6 +67,7 @@ class RLVRPipeline:
                                     self.clusters.rewards[d].workers if d in self.clusters.rewards else [], cfg,
                                     episodes=episodes.get(d))
             for d in cfg.domains}
+        self.domains = list(cfg.domains)  # the order of the batch's domain_index
         self.step, self.quota_credit, run_id = 0, {}, None
         self.ahead: Rollout | None = None  # next step's rollout, started early (one-step off-policy)
         if resume_from:
@@ -137,35 +138,52 @@ class RLVRPipeline:
         return metrics
 
     def train_on(self, groups: dict[str, list[Group]], timer: PhaseTimer, step_lr: bool) -> dict[str, float]:
-        """Advantages, optional reference / old-policy logprobs, then the actor update."""
-        with timer("advantages"):
-            batch, samples, metrics = make_train_batch(groups, self.cfg.algorithm, self.tokenizer.pad_token_id or 0,
+        """Batch -> forward passes (reference / old-policy logprobs, concurrently) -> advantages -> actor update."""
+        with timer("batch"):
+            batch, samples, metrics = make_train_batch(groups, self.domains, self.tokenizer.pad_token_id or 0,
                                                        seed=self.cfg.run.seed + self.step,
                                                        mask_truncated=self.cfg.rollout.mask_truncated)
         staleness = [self.step - s.policy_version for s in samples]
         metrics.update({"batch/staleness/mean": sum(staleness) / len(staleness),
                         "batch/staleness/max": float(max(staleness))})
-        if self.clusters.reference is not None:
-            with timer("reference"):
-                batch = batch.with_tensor("ref_logp", self.clusters.reference.collective("compute_logprobs", batch))
-        with timer("old_logprobs"):
-            batch = self.anchored(batch)
+        with timer("forwards"):
+            batch = self.forwards(batch)
+        with timer("advantages"):
+            batch, adv_metrics = domain_advantages(batch, self.domains, self.cfg.algorithm)
+            metrics.update(adv_metrics)
         with timer("train"):
             metrics.update(self.clusters.actor_train.collective("train", batch, step_lr))
         return metrics
 
-    def anchored(self, batch: TrainBatch) -> TrainBatch:
-        """Sets old_logp, the policy the PPO ratio is taken against, when it is not simply the current one."""
+    def forwards(self, batch: TrainBatch) -> TrainBatch:
+        """The forward passes the step needs, in flight together on their own clusters: reference logprobs (a KL
+        term), old-policy logprobs (the PPO ratio's anchor, when it is not simply the current policy)."""
+        shared = ray.put(batch)  # one copy in the object store for every cluster
+        pending: dict[str, list[ray.ObjectRef]] = {}
+        if self.clusters.reference is not None:
+            pending["ref_logp"] = self.clusters.reference.collective_async("compute_logprobs", shared)
+        anchor = self.old_logprobs_source(batch)
+        if anchor == "actor":
+            pending["old_logp"] = self.clusters.actor_train.collective_async("compute_logprobs", shared)
+        elif anchor == "behaviour":
+            batch = batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
+        for key, refs in pending.items():  # all launched already: waiting in turn costs nothing
+            batch = batch.with_tensor(key, ray.get(refs)[0])
+        return batch
+
+    def old_logprobs_source(self, batch: TrainBatch) -> str | None:
+        """Where old_logp, the policy the PPO ratio is taken against, comes from when it is not simply the current
+        one: "actor" (the trainer's weights now: the proximal policy (decoupled), or the behaviour one
+        (synchronous)), "behaviour" (the engine's logprobs), or None."""
         algo = self.cfg.algorithm
         if self.cfg.uses_behaviour_logprobs and batch.get("behav_logp") is None:
             raise RuntimeError("the behaviour logprobs of the samples are missing: overlap.* and "
                                "algorithm.decoupled_loss need an engine that returns them")
         if algo.decoupled_loss or (self.needs_old_logprobs and not self.cfg.uses_behaviour_logprobs):
-            # the trainer's weights now: the proximal policy (decoupled), or the behaviour one (synchronous)
-            return batch.with_tensor("old_logp", self.clusters.actor_train.collective("compute_logprobs", batch))
+            return "actor"
         if self.cfg.uses_behaviour_logprobs:
-            return batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
-        return batch
+            return "behaviour"
+        return None
 
     @property
     def needs_old_logprobs(self) -> bool:

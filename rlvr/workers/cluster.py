@@ -44,11 +44,17 @@ class Cluster:
 
     def collective(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The same call on every worker, which take part together in the collectives inside it (ZeRO
-        gathers and reductions); returns rank 0's result. A large argument goes to the object store once, not
-        once per worker."""
+        gathers and reductions); returns rank 0's result."""
+        return ray.get(self.collective_async(method, *args, **kwargs))[0]
+
+    def collective_async(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
+        """`collective` without waiting: the refs of every rank's result (rank 0's first), so that several
+        clusters can work at once. A large argument goes to the object store once, not once per worker (an
+        ObjectRef argument is passed as it is)."""
         if len(self.workers) > 1:
-            args = tuple(a if isinstance(a, (str, int, float, bool, type(None))) else ray.put(a) for a in args)
-        return self.gather(method, *args, **kwargs)[0]
+            args = tuple(a if isinstance(a, (str, int, float, bool, type(None), ray.ObjectRef)) else ray.put(a)
+                         for a in args)
+        return self.call(method, *args, **kwargs)
 
     def kill(self) -> None:
         for w in self.workers:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import torch
 from transformers import AutoTokenizer
 
 from rlvr.backends.hf_engine import SamplingParams
@@ -59,7 +58,7 @@ def test_policy_tokens_train_observation_tokens_do_not(tokenizer):
     assert all(lp == 0.0 for lp, t in zip(s.logprobs, s.turn_index) if t < 0)
     assert all(lp < 0 for lp, t in zip(s.logprobs, s.turn_index) if t >= 0)
 
-    batch = build_train_batch([s], torch.tensor([1.0]), pad_id=0)
+    batch = build_train_batch([s], pad_id=0)
     p = len(s.prompt.prompt_ids)
     turn_index = batch["turn_index"][0, p - 1 : p - 1 + len(s.response_ids)]
     assert turn_index.tolist() == s.turn_index
@@ -130,7 +129,7 @@ def test_env_failures_are_counted_and_masked(tokenizer, mode, args, status):
     assert s.episode.finish == f"env_{status}"
     if mode != "bad_reset":  # turn 0 went through, turn 1 failed: the tokens of both are there, masked
         assert s.episode.rewards == [0.5] and len(s.episode.state_keys) == 2
-        batch = build_train_batch([s], torch.tensor([1.0]), pad_id=0)
+        batch = build_train_batch([s], pad_id=0)
         assert batch["loss_mask"].sum() == 0
 
 

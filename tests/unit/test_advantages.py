@@ -7,7 +7,11 @@ import torch
 
 from rlvr.algorithms.advantages import (
     ADVANTAGE_ESTIMATORS,
+    GROUP_ESTIMATORS,
+    AdvantageInputs,
+    AdvantageSettings,
     broadcast_to_tokens,
+    compute_advantages,
     grpo_advantages,
     reinforce_pp_baseline_advantages,
     rloo_advantages,
@@ -84,7 +88,7 @@ def test_dr_grpo_no_std_division():
         [[0.5, -0.5, -0.5, 0.5], [0.666667, -0.333333, 0.0, -0.333333]],
     )
     close(
-        ADVANTAGE_ESTIMATORS["dr_grpo"](rewards, valid),
+        GROUP_ESTIMATORS["dr_grpo"](rewards, valid),
         [[0.5, -0.5, -0.5, 0.5], [0.666667, -0.333333, 0.0, -0.333333]],
     )
 
@@ -167,14 +171,80 @@ def test_broadcast_shape_error():
         broadcast_to_tokens(torch.zeros(3), torch.ones(2, 4))
 
 
-def test_registry_names_and_outputs():
-    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}
+def test_group_kernels_by_name():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
     valid = torch.ones(1, 4, dtype=torch.bool)
-    close(ADVANTAGE_ESTIMATORS["grpo"](rewards, valid), [[0.866024, -0.866024, -0.866024, 0.866024]])
-    close(ADVANTAGE_ESTIMATORS["rloo"](rewards, valid), [[0.666667, -0.666667, -0.666667, 0.666667]])
+    close(GROUP_ESTIMATORS["grpo"](rewards, valid), [[0.866024, -0.866024, -0.866024, 0.866024]])
+    close(GROUP_ESTIMATORS["rloo"](rewards, valid), [[0.666667, -0.666667, -0.666667, 0.666667]])
     # whitening [0.5,-0.5,-0.5,0.5] (unbiased std 0.577350) gives the GRPO numbers for a single group
-    close(ADVANTAGE_ESTIMATORS["reinforce_pp_baseline"](rewards, valid), [[0.866024, -0.866024, -0.866024, 0.866024]])
+    close(GROUP_ESTIMATORS["reinforce_pp_baseline"](rewards, valid), [[0.866024, -0.866024, -0.866024, 0.866024]])
+
+
+# ---------------------------------------------------------------- the token-level contract
+
+
+def ragged_inputs() -> AdvantageInputs:
+    """Two groups of different sizes, interleaved rows, ragged response spans, one failed reward.
+
+    group 7: rows 0, 2, 4 with rewards 1, 0, 0;  group 3: rows 1, 3 with rewards 2 and a failed one.
+    """
+    loss_mask = torch.tensor([[0, 1, 1, 0, 0],
+                              [0, 0, 1, 1, 1],
+                              [1, 1, 1, 1, 0],
+                              [0, 0, 0, 0, 0],   # the failed reward: no loss tokens
+                              [0, 0, 0, 1, 0]], dtype=torch.float32)
+    return AdvantageInputs(scores=torch.tensor([1.0, 2.0, 0.0, float("nan"), 0.0]),
+                           valid=torch.tensor([True, True, True, False, True]),
+                           group_index=torch.tensor([7, 3, 7, 3, 7]), loss_mask=loss_mask)
+
+
+def test_grouped_estimators_find_ragged_groups_by_index_and_broadcast():
+    inp = ragged_inputs()
+    # group 7 = [1, 0, 0]: GRPO = [1.154699, -0.577349, -0.577349] (test_grpo_invalid_excluded_from_stats_and_zero);
+    # group 3 has one valid reward: no baseline, 0 for both rows
+    adv, returns = compute_advantages("grpo", inp)
+    assert returns is None
+    seq = torch.tensor([1.154699, 0.0, -0.577349, 0.0, -0.577349])
+    close(adv, (seq[:, None] * inp.loss_mask).tolist())
+    # rloo over group 7: 1 - 0 = 1, 0 - 0.5 = -0.5 (twice)
+    adv, _ = compute_advantages("rloo", inp)
+    close(adv, (torch.tensor([1.0, 0.0, -0.5, 0.0, -0.5])[:, None] * inp.loss_mask).tolist())
+    # Dr.GRPO, through the setting or the name: r - mean = [2/3, -1/3, -1/3]
+    dr = (torch.tensor([2 / 3, 0.0, -1 / 3, 0.0, -1 / 3])[:, None] * inp.loss_mask).tolist()
+    close(compute_advantages("dr_grpo", inp)[0], dr)
+    close(compute_advantages("grpo", inp, AdvantageSettings(norm_by_std=False))[0], dr)
+
+
+def test_every_estimator_honours_the_contract():
+    inp = ragged_inputs()
+    for name in ADVANTAGE_ESTIMATORS:
+        adv, returns = compute_advantages(name, inp)
+        for t in (adv, returns):
+            if t is None:
+                continue
+            assert t.shape == inp.loss_mask.shape and t.dtype == torch.float32, name
+            assert torch.isfinite(t).all(), name
+            assert (t[inp.loss_mask == 0] == 0).all(), name
+
+
+def test_row_order_does_not_matter():
+    inp = ragged_inputs()
+    perm = torch.tensor([4, 1, 0, 3, 2])
+    shuffled = AdvantageInputs(scores=inp.scores[perm], valid=inp.valid[perm], group_index=inp.group_index[perm],
+                               loss_mask=inp.loss_mask[perm])
+    for name in ADVANTAGE_ESTIMATORS:
+        torch.testing.assert_close(compute_advantages(name, shuffled)[0], compute_advantages(name, inp)[0][perm])
+
+
+def test_contract_errors():
+    inp = ragged_inputs()
+    with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):
+        compute_advantages("nope", inp)
+    with pytest.raises(ValueError, match="values must have loss_mask's shape"):
+        AdvantageInputs(scores=inp.scores, valid=inp.valid, group_index=inp.group_index, loss_mask=inp.loss_mask,
+                        values=torch.zeros(5, 4))
+    with pytest.raises(ValueError, match="loss_mask must be"):
+        AdvantageInputs(scores=inp.scores, valid=inp.valid, group_index=inp.group_index, loss_mask=torch.zeros(4, 5))
 
 
 def test_shape_errors():

@@ -8,7 +8,7 @@ import torch
 
 from rlvr.config import AlgorithmConfig
 from rlvr.data.types import Episode, Group, Prompt, Sample
-from rlvr.pipeline.batching import make_train_batch
+from rlvr.pipeline.batching import domain_advantages, make_train_batch
 from rlvr.workers.rewards.result import RewardResult
 
 
@@ -45,6 +45,13 @@ def grid_group() -> Group:
     ])
 
 
+def train_batch(groups: dict, cfg: AlgorithmConfig):
+    """The driver's order: the batch, then (after its forward passes) the advantages of each domain."""
+    batch, samples, metrics = make_train_batch(groups, list(groups), pad_id=0, seed=0)
+    batch, adv_metrics = domain_advantages(batch, list(groups), cfg)
+    return batch, samples, {**metrics, **adv_metrics}
+
+
 def rows_by_index(samples, batch):
     return {(s.group_id, s.index): b for b, s in enumerate(samples)}
 
@@ -52,7 +59,7 @@ def rows_by_index(samples, batch):
 def test_gigpo_advantages_land_on_action_tokens_only():
     cfg = AlgorithmConfig.model_validate({"preset": "gigpo", "gigpo": {"gamma": 0.5, "omega": 1.0}})
     math = Group("m", Prompt("m", "math", "1"), [math_sample(0, 1.0), math_sample(1, 0.0)])
-    batch, samples, metrics = make_train_batch({"grid": [grid_group()], "math": [math]}, cfg, pad_id=0, seed=0)
+    batch, samples, metrics = train_batch({"grid": [grid_group()], "math": [math]}, cfg)
     rows = rows_by_index(samples, batch)
     # Episode level (F = 1): A 1, B 0 -> +.5, -.5. Step level, gamma .5: s0 holds A (R = .5) and B (R = 0)
     # -> +.25, -.25; s1, s2 are singletons -> 0. A: turn 0 .75, turn 1 .5; B: turn 0 -.75, turn 1 -.5.
@@ -68,6 +75,11 @@ def test_gigpo_advantages_land_on_action_tokens_only():
     assert batch["advantages"][rows[("m", 0)], :2].tolist() == [0.5, 0.5]
     assert batch["advantages"][rows[("m", 1)], :2].tolist() == [-0.5, -0.5]
     assert batch["turn_index"][rows[("m", 0)], :3].tolist() == [0, 0, -1]  # a single-turn response: turn 0
+    assert (batch["state_id"][rows[("m", 0)]] == -1).all()  # ... and no episode
+    # the per-turn episode data on the token grid: A's turn rewards on each turn's last token, its states on all
+    a = rows[("g", 0)]
+    assert batch["turn_reward"][a, 1:6].tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]  # turn 0: 2 tokens, obs 2, turn 1
+    assert batch["state_id"][a, 1:6].tolist()[:2] == [batch["state_id"][rows[("g", 1)], 1].item()] * 2  # s0
     # anchor statistics of the grid domain: 4 counted steps, groups s0 (2), s1 (1), s2 (1)
     assert metrics["grid/gigpo/anchor_steps_grouped_frac"] == pytest.approx(0.5)
     assert metrics["grid/gigpo/anchor_group_size_mean"] == pytest.approx(4 / 3)
@@ -80,7 +92,7 @@ def test_multi_step_grpo_and_sequence_estimators_broadcast_over_action_tokens():
     multi = AlgorithmConfig.model_validate({"preset": "multi_step_grpo"})
     out = {}
     for name, cfg in (("grpo", grpo), ("multi", multi)):
-        batch, samples, metrics = make_train_batch({"grid": [grid_group()]}, cfg, pad_id=0, seed=0)
+        batch, samples, metrics = train_batch({"grid": [grid_group()]}, cfg)
         rows = rows_by_index(samples, batch)
         out[name] = {k: batch["advantages"][b] for k, b in rows.items()}
         assert metrics["grid/gigpo/anchor_group_size_mean"] == pytest.approx(4 / 3)  # logged whatever the estimator
