@@ -145,10 +145,10 @@ def train_tree(preset: str, seed: int, steps: int, out: str, prompts: int, group
 
     tree = yaml.safe_load((REPO / "configs/agent.yaml").read_text())
     tree["domains"] = {"grid": tree["domains"]["grid"]}
-    tree["domains"]["grid"]["env"]["val_tasks"] = 32
+    tree["domains"]["grid"]["env"]["val_tasks"] = 16
     tree["data"] = {"train_files": []}
     tree["rollout"] = {"prompts_per_step": prompts, "group_size": group, "domain_interleave_probs": {"grid": 1.0}}
-    tree["run"] = {"max_steps": steps, "eval_every": max(1, steps // 2), "save_every": 0, "seed": seed,
+    tree["run"] = {"max_steps": steps, "eval_every": steps, "save_every": 0, "seed": seed,
                    "output_dir": out, "name": f"{preset}-s{seed}", "progress_bar": False}
     tree["trackers"] = {"wandb": False, "tensorboard": False, "jsonl": True}
     tree["generation"]["engine"] = engine
@@ -163,6 +163,7 @@ def train(steps: int, seeds: int, prompts: int, group: int, engine: str) -> None
 
     results: dict[str, list[list[dict]]] = {"gigpo": [], "multi_step_grpo": []}
     timing: dict[str, list[float]] = {k: [] for k in results}
+    cached: dict[str, list[float]] = {k: [] for k in results}  # share of prompt tokens from vLLM's prefix cache
     with tempfile.TemporaryDirectory() as out:
         for seed in range(seeds):
             for preset in results:  # same seed, tasks and budget for both
@@ -171,6 +172,9 @@ def train(steps: int, seeds: int, prompts: int, group: int, engine: str) -> None
                                                                      engine)))
                 try:
                     run_dir = pipeline.run()
+                    stats = pipeline.clusters.actor_infer.first("stats")
+                    if stats.get("prompt_tokens"):
+                        cached[preset].append(stats.get("cached_prompt_tokens", 0) / stats["prompt_tokens"])
                 finally:
                     pipeline.close()
                 timing[preset].append(time.perf_counter() - start)
@@ -200,7 +204,8 @@ def train(steps: int, seeds: int, prompts: int, group: int, engine: str) -> None
         grouped = [r["grid/gigpo/anchor_steps_grouped_frac"] for records in results[preset] for r in records
                    if "grid/gigpo/anchor_steps_grouped_frac" in r]
         print(f"{preset}: run time {spread(timing[preset])} s; invalid action rate {spread(invalid)}; "
-              f"steps in anchor groups >= 2 {spread(grouped)}")
+              f"steps in anchor groups >= 2 {spread(grouped)}"
+              + (f"; prompt tokens from the prefix cache {spread(cached[preset])}" if cached[preset] else ""))
 
 
 def main() -> None:
