@@ -192,3 +192,17 @@ def test_observation_wrapping_follows_the_chat_template(tokenizer):
     # a turn cut by the length limit gets the end-of-turn marker from the wrapper
     cut = codec.observation_ids("ok", reply)
     assert cut[0] == tokenizer.eos_token_id
+
+
+def test_the_pipeline_fails_on_an_unknown_env_before_starting_anything(tokenizer):
+    from rlvr.pipeline.build import build_episode_runners, load_domain_data
+
+    tree = {"data": {"train_files": []}, "domains": {"agent": {"env": "rlvr.envs.grid_puzzle.NoSuchEnv"}}}
+    with pytest.raises(ConfigError, match=r"domains\.agent\.env\.path: cannot import 'rlvr.envs.grid_puzzle.NoSuchEnv'"):
+        load_domain_data(config_from_dict(tree), tokenizer)
+    tree["domains"]["agent"]["env"] = {"path": GRID, "args": {"colour": "blue"}}
+    with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args: .*unexpected keyword argument 'colour'"):
+        build_episode_runners(config_from_dict(tree), tokenizer)
+    tree["domains"]["agent"]["env"] = {"path": GRID, "train_tasks": 3, "val_tasks": 2}
+    data = load_domain_data(config_from_dict(tree), tokenizer)["agent"]
+    assert len(data.train) == 3 and len(data.val) == 2 and data.train[0].meta["task"]["level"] >= 0
