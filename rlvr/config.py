@@ -6,6 +6,7 @@ file or the command-line override), because a silently ignored key is the most e
 
 from __future__ import annotations
 
+import importlib
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -96,10 +97,42 @@ class JudgeServerConfig(Strict):
     startup_timeout_s: float = Field(600.0, gt=0)
 
 
+class EnvConfig(Strict):
+    """A multi-turn environment domain (rlvr/envs/base.py): the policy acts, the env answers, turn by turn."""
+
+    path: str  # import path of an Env subclass, e.g. rlvr.envs.grid_puzzle.GridPuzzleEnv
+    args: dict[str, Any] = {}  # passed to the env's constructor and to its make_tasks
+    max_turns: int = Field(5, ge=1)  # turns per episode; an episode still running after them ends "max_turns"
+    max_tokens_per_turn: int | None = Field(None, ge=1)  # policy tokens per turn; None: generation.max_new_tokens
+    # The whole episode (first prompt + every turn + every observation) must fit in this many tokens; an episode
+    # that would outgrow it ends with finish reason "token_budget". The vLLM context is sized to hold it.
+    max_total_tokens: int = Field(1024, ge=16)
+    step_timeout_s: float = Field(30.0, gt=0)  # deadline of one reset() / step() call
+    train_tasks: int = Field(256, ge=1)  # tasks the env's make_tasks draws for training
+    val_tasks: int = Field(16, ge=1)  # ... and for validation (disjoint seeds)
+    max_env_threads: int = Field(16, ge=1)  # threads for envs whose reset/step are plain defs
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"path": data} if isinstance(data, str) else data  # `env: pkg.module.Class`
+
+
 class DomainConfig(Strict):
-    reward: RewardConfig
+    """A domain is scored by a reward worker (single-turn) or played in an env (multi-turn): exactly one."""
+
+    reward: RewardConfig | None = None
+    env: EnvConfig | None = None
     # Overrides of algorithm.reward_processing for this domain, key by key (RewardProcessingConfig's keys).
     reward_processing: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "DomainConfig":
+        if self.reward is not None and self.env is not None:
+            raise _keyed("env", "a domain names a reward worker or an env, not both")
+        if self.reward is None and self.env is None:
+            raise _keyed("reward", "a domain needs a reward worker (reward.worker) or an env (env.path)")
+        return self
 
 
 class FilterConfig(Strict):
@@ -300,7 +333,7 @@ class Config(Strict):
     def _cross_checks(self) -> "Config":
         domains = set(self.domains)
         if not domains:
-            raise ValueError("domains: at least one domain with a reward worker is needed")
+            raise ValueError("domains: at least one domain (with a reward worker or an env) is needed")
         probs = self.rollout.domain_interleave_probs
         if not probs:
             if len(domains) > 1:
@@ -465,6 +498,19 @@ def _describe(err: ValidationError, path: Path, overridden: dict[str, str]) -> s
         origin = f"override '{overridden[max(matches, key=len)]}'" if matches else None
         lines.append(f"{origin or path}: {key or '<top level>'}: {msg}")
     return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def import_class(key: str, path: str, base: type, what: str) -> type:
+    """The subclass of `base` that the import path `path` (the value of config key `key`) names; a ConfigError
+    naming the key otherwise, so a typo fails before any actor starts."""
+    module_name, _, attr = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"{key}: cannot import '{path}': {err}") from None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(f"{key}: '{path}' is not {what}")
+    return cls
 
 
 def save_resolved(cfg: Config, run_dir: Path) -> Path:

@@ -53,13 +53,24 @@ class RewardProcessingConfig(Strict):
     reward_weight: float = Field(1.0, ge=0)  # scales this domain's advantages (its share of the gradient)
 
 
+class GiGPOConfig(Strict):
+    """GiGPO's step level (rlvr/algorithms/gigpo.py); the episode level follows algorithm.norm_adv_by_std."""
+
+    gamma: float = Field(0.95, ge=0, le=1)  # discount of the step returns inside anchor groups
+    omega: float = Field(1.0, ge=0)  # weight of the step-level advantage: A = A^E + omega * A^S
+    step_norm: Literal["mean_norm", "mean_std_norm"] = "mean_norm"  # subtract the anchor-group mean (/ std)
+
+
 class AlgorithmConfig(Strict):
     """Loss and advantage settings. `preset` expands to documented defaults (rlvr/algorithms/presets.py);
     every other key here overrides the preset's value."""
 
     preset: str = "grpo"
-    adv_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "reinforce", "reinforce_pp",
-                           "gae"] = "grpo"
+    # gigpo / multi_step_grpo: per-turn advantages on env domains; on reward domains the episode level alone
+    # (one turn, nothing to assign), i.e. GRPO with norm_adv_by_std.
+    adv_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "reinforce", "reinforce_pp", "gae",
+                           "gigpo", "multi_step_grpo"] = "grpo"
+    gigpo: GiGPOConfig = GiGPOConfig()
     norm_adv_by_std: bool = True
     gamma: float = Field(1.0, ge=0, le=1)  # discount of token rewards (gae, reinforce, reinforce_pp)
     lam: float = Field(0.95, ge=0, le=1)  # GAE's lambda

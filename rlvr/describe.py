@@ -75,6 +75,10 @@ def domain_lines(cfg: Config) -> list[str]:
     width = max(len(d) for d in cfg.domains)
     out = []
     for d, dc in cfg.domains.items():
+        if dc.env is not None:  # a multi-turn env domain: played in its scheduler, no reward service
+            out.append(f"{d:<{width}}  {quotas[d]} prompts/step  env {short_class(dc.env.path)}, "
+                       f"up to {dc.env.max_turns} turns")
+            continue
         r = dc.reward
         note = reward_note(r)
         out.append(f"{d:<{width}}  {quotas[d]} prompts/step  {short_class(r.worker)} x{r.world_size}"
@@ -114,6 +118,10 @@ def resource_lines(cfg: Config, gpus_visible: int) -> list[str]:
     rows.append(("actor_infer", f"{gen.world_size} x {gen.engine} engine{kv}"))
     notes = set()
     for d, dc in cfg.domains.items():
+        if dc.env is not None:
+            rows.append((f"env/{d}", f"{short_class(dc.env.path)} in the domain's scheduler, "
+                                     f"{dc.env.max_env_threads} threads for blocking steps"))
+            continue
         note = reward_note(dc.reward)
         notes.add(note)
         extra = f", + a {note} process per actor" if note == "sandbox server" else ""

@@ -15,12 +15,16 @@ def dry_run(cfg: Config) -> str:
     import torch
     from transformers import AutoTokenizer
 
+    from rlvr.envs.base import check_args, resolve_env_class
     from rlvr.models.default_model import resolve_model_path
     from rlvr.pipeline.build import load_domain_data
     from rlvr.workers.rewards.reward_actor import resolve_reward_class
 
-    for domain, dc in cfg.domains.items():
-        resolve_reward_class(domain, dc.reward)  # a bad import path is an error naming the key
+    for domain, dc in cfg.domains.items():  # a bad import path is an error naming the key
+        if dc.env is not None:
+            check_args(domain, resolve_env_class(domain, dc.env), dc.env)
+        else:
+            resolve_reward_class(domain, dc.reward)
     model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
     data = load_domain_data(cfg, AutoTokenizer.from_pretrained(model_path))
     quotas = quota_per_step(cfg)

@@ -168,6 +168,10 @@ class BwrapBackend:
     async def run(self, request: RunRequest) -> RunResult:
         request.validate()
         request.limits.check_within(self.max_limits)
+        if not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
+            # uvloop (the loop of Ray's async actors) refuses subprocess_exec(user=, group=), which runs as root
+            # need: the run goes to a stock asyncio loop in a thread of its own.
+            return await asyncio.to_thread(_run_blocking, self.run(request))
         if self._bwrap is None or self._prlimit is None:
             return RunResult("sandbox_error", stderr=self.available()[1])
         async with self._limiter:

@@ -5,7 +5,7 @@ The contract (shared by every estimator, the critic, and multi-turn / GiGPO work
 * Where: the driver (rlvr/pipeline/rlvr_pipeline.py, `RLVRPipeline.train_on`) builds the batch (ids, masks,
   behaviour logprobs, scores, group index: rlvr/pipeline/batching.py::make_train_batch), then runs the forward
   passes the step needs (reference logprobs, old-policy logprobs, critic values; concurrently), and only then
-  computes advantages, one domain at a time (rlvr/pipeline/batching.py::domain_advantages), before the critic
+  computes advantages, one domain at a time (rlvr/pipeline/advantage_step.py::AdvantageStep), before the critic
   and actor updates. Advantages can therefore use values, reference logprobs and token-level KL.
 * Input: one domain's rows as an `AdvantageInputs` (tensors, B rows, T target-aligned columns):
       scores        [B]     float  the sequence reward after reward processing (NaN or anything where not valid)
@@ -48,6 +48,8 @@ from typing import Any, Callable
 import torch
 
 from rlvr.algorithms.returns import discounted_returns, gae_advantages, masked_whiten, token_level_rewards
+from rlvr.algorithms.gigpo import (EpisodeTurns, gigpo_turn_advantages, multi_step_grpo_turn_advantages,
+                                   spread_turn_values, turns_from_tokens)
 
 __all__ = [
     "AdvantageInputs",
@@ -250,12 +252,15 @@ class AdvantageInputs:
 
 @dataclass(frozen=True)
 class AdvantageSettings:
-    """Estimator knobs, from `algorithm.*` (rlvr/pipeline/batching.py::advantage_settings)."""
+    """Estimator knobs, from `algorithm.*` (rlvr/pipeline/advantage_step.py::advantage_settings)."""
 
-    norm_by_std: bool = True  # grpo: divide by the group std (False: Dr.GRPO)
+    norm_by_std: bool = True  # grpo: divide by the group std (False: Dr.GRPO); GiGPO's episode level too
     gamma: float = 1.0  # discount over action tokens (reinforce, reinforce_pp, gae)
     lam: float = 0.95  # GAE's lambda
     eps: float = 1e-6
+    gigpo_gamma: float = 0.95  # GiGPO's step level (rlvr/algorithms/gigpo.py)
+    gigpo_omega: float = 1.0
+    gigpo_step_norm: str = "mean_norm"
 
 
 Estimator = Callable[[AdvantageInputs, AdvantageSettings], tuple[torch.Tensor, "torch.Tensor | None"]]
@@ -352,6 +357,33 @@ def gae(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor
     return masked_whiten(advantages, inp.loss_mask), returns
 
 
+def episode_turns(inp: AdvantageInputs) -> EpisodeTurns | None:
+    """A domain's multi-turn episodes from the inputs (turn_index + episode["turn_reward", "state_id"]); None for
+    a single-turn domain."""
+    if inp.turn_index is None or "state_id" not in inp.episode:
+        return None
+    return turns_from_tokens(inp.scores, inp.valid, inp.group_index, inp.turn_index, inp.episode["turn_reward"],
+                             inp.episode["state_id"])
+
+
+def _per_turn(name: str) -> Estimator:
+    """GiGPO / multi-step GRPO: per-turn advantages on each turn's tokens; a single-turn domain (nothing to assign
+    between turns) gets the episode level alone, i.e. GRPO."""
+
+    def estimate(inp: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, None]:
+        ep = episode_turns(inp)
+        if ep is None:
+            return _grpo(inp, settings)
+        if name == "gigpo":
+            per_turn, _ = gigpo_turn_advantages(ep, settings.gigpo_gamma, settings.gigpo_omega,
+                                                settings.gigpo_step_norm, settings.norm_by_std, settings.eps)
+        else:
+            per_turn = multi_step_grpo_turn_advantages(ep, settings.norm_by_std, settings.eps)
+        return spread_turn_values(per_turn, inp.turn_index) * inp.loss_mask, None
+
+    return estimate
+
+
 # name -> estimator over AdvantageInputs; names match the `algorithm.adv_estimator` literals in config.py.
 ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "grpo": _grpo,
@@ -361,6 +393,8 @@ ADVANTAGE_ESTIMATORS: dict[str, Estimator] = {
     "reinforce": reinforce_advantages,
     "reinforce_pp": reinforce_pp_advantages,
     "gae": gae,
+    "gigpo": _per_turn("gigpo"),
+    "multi_step_grpo": _per_turn("multi_step_grpo"),
 }
 
 

@@ -13,6 +13,8 @@ docs/algorithms.md has the full table (paper, keys, defaults); in short:
 | topr                  | batch-mean baseline                     | TOPR (tapered)      | none                        |
 | gspo                  | group mean / std                        | GSPO sequence ratio | none                        |
 | dapo                  | group mean / std                        | clip 0.2/0.28       | none; overlong, zero-spread |
+| gigpo                 | episode + anchor-state step level (env domains; GRPO on reward ones) | ppo clip | none  |
+| multi_step_grpo       | episode level on every turn (GiGPO's baseline) | ppo clip     | none                        |
 
 The KL loss term is off in every preset (kl_loss_coef: 0): recent recipes (DAPO, Dr.GRPO) drop it for verifiable
 rewards, and it costs a reference forward pass. Set `algorithm.kl_loss_coef` to turn it on.
@@ -63,6 +65,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                       "overlong_penalty_factor": 1.0},
         "rollout": {"filter": {"zero_spread": True, "metric": "correct"}, "max_refill_rounds": 10},
     },
+    # GiGPO with the paper's agent-benchmark settings (F_norm = 1 at both levels, gamma 0.95, omega 1; also
+    # verl-agent's defaults). The step level's keys live under algorithm.gigpo.
+    "gigpo": {"algorithm": {**_COMMON, "adv_estimator": "gigpo", "norm_adv_by_std": False}},
+    "multi_step_grpo": {"algorithm": {**_COMMON, "adv_estimator": "multi_step_grpo", "norm_adv_by_std": False}},
 }
 
 

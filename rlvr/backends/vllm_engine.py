@@ -83,7 +83,10 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.eos_ids = _eos_ids(model_path)
         self._expected = _checkpoint_names(model_path)
-        self.stats = {"requests": 0, "sequences": 0, "tokens": 0, "prompt_tokens": 0, "aborted": 0, "busy_s": 0.0}
+        # cached_prompt_tokens: prompt tokens served by the prefix cache (a group's shared prompt, an episode's
+        # previous turns)
+        self.stats = {"requests": 0, "sequences": 0, "tokens": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0,
+                      "aborted": 0, "busy_s": 0.0}
         self._seed = seed
         self._counter = 0  # requests that drew a seed: the sampling "RNG state"
         self._next_id = 0
@@ -227,6 +230,7 @@ class VLLMEngine:
         self.stats["sequences"] += n
         self.stats["tokens"] += sum(len(g.token_ids) for g in gens)
         self.stats["prompt_tokens"] += prompt_len
+        self.stats["cached_prompt_tokens"] += getattr(final, "num_cached_tokens", None) or 0
         return gens
 
     def _aborted(self, n: int) -> list[Generation]:

@@ -3,7 +3,8 @@
 Layout (right padding): `input_ids[b] = prompt_ids + response_ids + pad`. Token-level tensors have T-1 columns and
 are aligned with the *targets* `input_ids[:, 1:]`: column t holds what concerns the token at position t+1 (its
 logprob, its advantage, whether it counts in the loss). `loss_mask` is 1 on response tokens of samples whose reward
-is valid, so a failed reward never enters the loss.
+is valid, so a failed reward never enters the loss; in a multi-turn sample only on the policy's own tokens
+(`turn_index` >= 0), never on the environment's observation tokens (rlvr/data/turns.py has the multi-turn tensors).
 
 Per-row tensors ([B]): `scores` (the reward, NaN where it failed), `valid` (the reward was computed), `group_index`
 (rows with the same prompt group share it) and `domain_index` (position of the row's domain in the driver's domain
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.data.turns import turn_tensors
 from rlvr.data.types import Sample
 
 
@@ -97,15 +99,19 @@ def build_train_batch(samples: list[Sample], pad_id: int, mask_truncated: bool =
         attention_mask[b, : p + r] = 1
         if in_loss(s, mask_truncated):
             loss_mask[b, p - 1 : p + r - 1] = 1.0  # target positions p .. p+r-1 are the response tokens
+    turns = turn_tensors(samples, width)
+    if turns:
+        loss_mask = loss_mask * (turns["turn_index"] >= 0)
     domains = list(domains) if domains is not None else list(dict.fromkeys(s.prompt.domain for s in samples))
     groups: dict[tuple[str, str], int] = {}
     tensors = {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
                "scores": torch.tensor([s.reward.reward if s.scored_ok else float("nan") for s in samples],
                                       dtype=torch.float32),
                "valid": torch.tensor([s.scored_ok for s in samples], dtype=torch.bool),
-               "group_index": torch.tensor([groups.setdefault((s.prompt.domain, s.group_id), len(groups))
-                                            for s in samples], dtype=torch.long),
-               "domain_index": torch.tensor([domains.index(s.prompt.domain) for s in samples], dtype=torch.long)}
+               "group_index": torch.tensor([groups.setdefault((s.prompt.domain, s.group_id), len(groups)) for s in samples],
+                                           dtype=torch.long),
+               "domain_index": torch.tensor([domains.index(s.prompt.domain) for s in samples], dtype=torch.long),
+               **turns}
     if samples and all(s.logprobs is not None for s in samples):
         # The behaviour policy's logprob of each response token, aligned with the targets like loss_mask.
         behav = torch.zeros((n, width - 1), dtype=torch.float32)

@@ -41,8 +41,29 @@ class Generation:
 
 
 @dataclass
+class Episode:
+    """What a multi-turn episode (rlvr/rollout/episode.py) adds to its Sample: one entry per agent turn."""
+
+    state_keys: list[str] = field(default_factory=list)  # anchor key of the state each action was taken in
+    rewards: list[float] = field(default_factory=list)  # env reward after each action
+    invalid_actions: int = 0  # turns whose action the env could not parse (info["invalid_action"])
+    success: bool = False
+    finish: str = ""  # done | max_turns | token_budget | env_error | env_timeout | env_invalid
+    env_time_s: float = 0.0  # wall time inside reset/step
+
+    @property
+    def turns(self) -> int:
+        return len(self.rewards)
+
+
+@dataclass
 class Sample:
-    """One response to a prompt, with its reward once scored."""
+    """One response to a prompt, with its reward once scored.
+
+    A multi-turn sample's `response_ids` interleave the policy's tokens with the environment's observation tokens;
+    `turn_index` (one entry per response token) holds the agent turn of each policy token and -1 on observation
+    tokens, which never enter the loss. `logprobs` are 0.0 on observation tokens.
+    """
 
     prompt: Prompt
     group_id: str
@@ -53,6 +74,8 @@ class Sample:
     policy_version: int
     logprobs: list[float] | None = None
     reward: RewardResult | None = None
+    turn_index: list[int] | None = None
+    episode: Episode | None = None
 
     @property
     def scored_ok(self) -> bool:

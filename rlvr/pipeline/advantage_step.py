@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algorithms.advantages import AdvantageInputs, AdvantageSettings, compute_advantages
+from rlvr.algorithms.advantages import AdvantageInputs, AdvantageSettings, compute_advantages, episode_turns
+from rlvr.algorithms.gigpo import step_advantages
 from rlvr.algorithms.kl_control import make_kl_controller, reward_kl
 from rlvr.algorithms.returns import token_level_rewards
 from rlvr.algorithms.reward_processing import RunningMoments, process_advantages, process_rewards
@@ -25,7 +26,8 @@ from rlvr.data.batch import TrainBatch
 
 def advantage_settings(cfg: Config) -> AdvantageSettings:
     a = cfg.algorithm
-    return AdvantageSettings(norm_by_std=a.norm_adv_by_std, gamma=a.gamma, lam=a.lam)
+    return AdvantageSettings(norm_by_std=a.norm_adv_by_std, gamma=a.gamma, lam=a.lam, gigpo_gamma=a.gigpo.gamma,
+                             gigpo_omega=a.gigpo.omega, gigpo_step_norm=a.gigpo.step_norm)
 
 
 class AdvantageStep:
@@ -82,8 +84,10 @@ class AdvantageStep:
 
         inp = AdvantageInputs(scores=scores, valid=valid, group_index=group_index, loss_mask=mask,
                               values=optional("values"), turn_index=optional("turn_index"),
-                              token_rewards=None if kl is None else token_level_rewards(scores, mask, kl, kl_coef))
+                              token_rewards=None if kl is None else token_level_rewards(scores, mask, kl, kl_coef),
+                              episode={k: batch[k][rows] for k in ("turn_reward", "state_id") if k in batch.tensors})
         adv, ret = compute_advantages(self.cfg.algorithm.adv_estimator, inp, self.settings)
+        metrics.update(anchor_metrics(inp, self.settings))
         adv, adv_metrics = process_advantages(adv, mask, rp)
         tokens = mask.sum()
         metrics.update(adv_metrics)
@@ -100,6 +104,15 @@ class AdvantageStep:
         for d, r in state.get("running", {}).items():
             if d in self.running:
                 self.running[d].load_state_dict(r)
+
+
+def anchor_metrics(inputs: AdvantageInputs, settings: AdvantageSettings) -> dict[str, float]:
+    """An env domain's anchor-state groups (GiGPO's step level) in this batch, whatever the estimator."""
+    ep = episode_turns(inputs)
+    if ep is None:
+        return {}
+    _, stats = step_advantages(ep, settings.gigpo_gamma, settings.gigpo_step_norm, settings.eps)
+    return {f"gigpo/{k}": v for k, v in stats.items()}
 
 
 def critic_metrics(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -16,6 +16,8 @@ from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
 from rlvr.models.default_model import resolve_model_path
 from rlvr.data.dataset import RowFormat, load_prompts, split_by_domain, tokenize_prompts
 from rlvr.data.types import Prompt
+from rlvr.envs.base import check_args, resolve_env_class
+from rlvr.rollout.episode import EpisodeRunner, env_prompts
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
 from rlvr.workers.cluster import Cluster
@@ -61,13 +63,19 @@ class DomainData:
 
 
 def load_domain_data(cfg: Config, tokenizer) -> dict[str, DomainData]:
-    """Every row routed to a configured domain (else an error naming the row), tokenised with the chat template."""
+    """Every row routed to a configured reward domain (else an error naming the row), tokenised with the chat
+    template; an env domain's tasks come from its env's make_tasks (their first prompt from its first
+    observation)."""
     d = cfg.data
     fmt = RowFormat(prompt_key=d.prompt_key, messages_key=d.messages_key, answer_key=d.answer_key,
                     domain_key=d.domain_key, tag_key=d.tag_key, tag_to_domain=d.tag_to_domain, id_key=d.id_key,
                     system_prompt=d.system_prompt)
-    known = set(cfg.domains)
-    out = {name: DomainData([], [], []) for name in known}
+    known = {name for name, dc in cfg.domains.items() if dc.reward is not None}
+    out = {name: DomainData([], [], []) for name in cfg.domains}
+    for name, dc in cfg.domains.items():
+        if dc.env is not None:
+            out[name] = DomainData(env_prompts(name, dc.env, "train", cfg.run.seed),
+                                   env_prompts(name, dc.env, "val", cfg.run.seed), [])
     for split, files in (("train", d.train_files), ("val", d.val_files)):
         if not files:
             continue
@@ -99,7 +107,7 @@ def start_local_judge(cfg: Config, log_dir: Path | None = None
     """Starts the embedded judge server when an LLM-judge reward asks for it (`base_url: local` or none), and
     returns the reward configs with that server's URL filled in. Its output goes to `log_dir` (kept), or to a
     temporary directory removed when it stops."""
-    rewards = {d: dc.reward for d, dc in cfg.domains.items()}
+    rewards = {d: dc.reward for d, dc in cfg.domains.items() if dc.reward is not None}
     local = [d for d, r in rewards.items() if issubclass(resolve_reward_class(d, r), LLMJudgeRewardWorker)
              and r.args.get("base_url") in (None, "local")]
     if not local:
@@ -164,3 +172,13 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
                                max_concurrency=1000)
                for domain, reward in rewards_cfg.items()}
     return Clusters(actor_train, actor_infer, reference, critic, rewards)
+
+
+def build_episode_runners(cfg: Config, tokenizer) -> dict[str, EpisodeRunner]:
+    """One EpisodeRunner per env domain; the env class and its arguments are checked here, before any actor."""
+    runners = {}
+    for domain, dc in cfg.domains.items():
+        if dc.env is not None:
+            check_args(domain, resolve_env_class(domain, dc.env), dc.env)
+            runners[domain] = EpisodeRunner(domain, dc.env, tokenizer, cfg.generation.max_new_tokens)
+    return runners

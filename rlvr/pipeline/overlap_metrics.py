@@ -38,6 +38,8 @@ def overlap_metrics(m: dict[str, float], cfg: Config) -> dict[str, float]:
     span = max(spans, default=0.0)
     floors = []
     for d, dc in cfg.domains.items():
+        if dc.reward is None:  # an env domain: no reward service
+            continue
         n, latency = m.get(f"{d}/scheduler/samples_generated", 0.0), m.get(f"{d}/reward/latency/mean", 0.0)
         floors.append(n * latency / (dc.reward.max_concurrency * dc.reward.world_size))
     generation = m.get("time/generate", 0.0) + m.get("time/generate_ahead", 0.0)

@@ -22,7 +22,8 @@ from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.batching import make_train_batch
-from rlvr.pipeline.build import build_clusters, load_domain_data, new_run_dir, start_local_judge, start_ray
+from rlvr.pipeline.build import (build_clusters, build_episode_runners, load_domain_data, new_run_dir,
+                                 start_local_judge, start_ray)
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.system_metrics import SystemMonitor, throughput_metrics
@@ -60,13 +61,15 @@ class RLVRPipeline:
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.data = load_domain_data(cfg, self.tokenizer)
+        episodes = build_episode_runners(cfg, self.tokenizer)  # env domains: played, not scored
         self.owns_ray = start_ray(cfg)
         self.judge_server, rewards_cfg = start_local_judge(cfg, log_dir=self.run_dir / "logs" / "judge_server")
         self.clusters = build_clusters(cfg, self.model_path, rewards_cfg)
         scheduler_cls = ray.remote(DynamicSamplingScheduler).options(num_cpus=0, max_concurrency=1000)
         self.schedulers = {
             d: scheduler_cls.remote(d, self.data[d].train, self.data[d].val, self.clusters.actor_infer.workers,
-                                    self.clusters.rewards[d].workers, cfg)
+                                    self.clusters.rewards[d].workers if d in self.clusters.rewards else [], cfg,
+                                    episodes=episodes.get(d))
             for d in cfg.domains}
         self.domains = list(cfg.domains)  # the order of the batch's domain_index
         self.advantages = AdvantageStep(cfg)  # KL controller and running reward moments live across steps

@@ -27,6 +27,7 @@ from rlvr.algorithms.reward_shaping import overlong_penalty
 from rlvr.backends.hf_engine import SamplingParams
 from rlvr.config import Config
 from rlvr.data.types import Group, Prompt, Sample
+from rlvr.rollout.metrics import episode_metrics
 from rlvr.schedulers.group_filters import FilterSettings, drop_reason, load_user_filter
 from rlvr.workers.rewards.result import STATUSES, RewardResult
 
@@ -115,8 +116,11 @@ class StepRun:
 
 class DynamicSamplingScheduler:
     def __init__(self, domain: str, train_prompts: list[Prompt], val_prompts: list[Prompt], infer_workers: list,
-                 reward_workers: list, cfg: Config, rank: int = 0):
+                 reward_workers: list, cfg: Config, rank: int = 0, episodes=None):
         self.domain = domain
+        # An env domain's groups are played by its EpisodeRunner (rlvr/rollout/episode.py) instead of being
+        # generated and then scored: the env's feedback is part of generation, so streaming does not apply.
+        self.episodes = episodes
         self.train_prompts = train_prompts
         self.val_prompts = val_prompts[: cfg.validation.max_prompts_per_domain]
         self.infer = infer_workers
@@ -176,6 +180,12 @@ class DynamicSamplingScheduler:
         self._rr_infer += 1
         if phase is not None:
             phase.update(state="generating", worker=worker)
+        if self.episodes is not None:
+            try:
+                return await self.episodes.run_group(worker, prompt, n, sampling, version, request_id, phase)
+            finally:
+                if run is not None and phase is not None and phase.get("initial"):
+                    run.initial_generated()
         try:
             gens = await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
         finally:
@@ -363,7 +373,9 @@ class DynamicSamplingScheduler:
                 task.add_done_callback(lambda t, s=run.step: self._landed(t, s))
                 run.counters["finishing_late"] += 1
             else:
-                aborting.setdefault(phase.get("worker"), []).append(phase["request_id"])
+                # an episode has one live request per trajectory (one per turn, over time)
+                aborting.setdefault(phase.get("worker"), []).extend(phase.get("live_requests") or
+                                                                    [phase["request_id"]])
                 task.cancel()
                 run.counters["aborted"] += 1
         run.generated.set()  # nothing more of this step will generate
@@ -402,6 +414,7 @@ class DynamicSamplingScheduler:
     def _metrics(self, run: StepRun) -> dict[str, float]:
         d = f"{self.domain}/"
         metrics = sample_metrics(d, [s for g in run.kept for s in g.samples])
+        metrics.update(episode_metrics(d, [s for g in run.kept for s in g.samples]))
         for key, value in run.counters.items():
             section = "filter" if key.startswith("dropped_") else "scheduler"
             metrics[f"{d}{section}/{key}"] = float(value)
@@ -425,13 +438,15 @@ class DynamicSamplingScheduler:
         scored = [s for s in samples if s.scored_ok and s.reward.correct is not None]
         n_correct = sum(bool(s.reward.correct) for s in scored)
         metrics = sample_metrics(f"val/{self.domain}/", samples)
+        metrics.update(episode_metrics(f"val/{self.domain}/", samples))
         metrics.pop(f"val/{self.domain}/correct/mean", None)  # reported as val_correct/<domain>/mean instead
         if scored:
             metrics[f"val_correct/{self.domain}/mean"] = n_correct / len(scored)
         examples = [{"domain": self.domain, "prompt": s.prompt.uid, "question": _question(s.prompt),
                      "response": s.response_text,
                      "ground_truth": str(s.prompt.ground_truth), "reward": s.reward.reward if s.reward else None,
-                     "correct": s.reward.correct if s.reward else None, "status": s.reward.status if s.reward else None}
+                     "correct": s.reward.correct if s.reward else None, "status": s.reward.status if s.reward else None,
+                     "info": s.reward.info if s.reward else ""}
                     for s in samples]
         return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples)}, examples
 

@@ -28,8 +28,9 @@ def build_engine(cfg: Config, model_path: str, seed: int):
 
     v = gen.vllm
     longest = max(gen.max_new_tokens, cfg.validation.max_new_tokens or 0)
+    episodes = [dc.env.max_total_tokens + 1 for dc in cfg.domains.values() if dc.env is not None]  # whole episodes
     return VLLMEngine(model_path, dtype=gen.dtype, max_batch_size=gen.max_batch_size, seed=seed,
-                      max_model_len=v.max_model_len or cfg.data.max_prompt_length + longest + 1,
+                      max_model_len=v.max_model_len or max([cfg.data.max_prompt_length + longest + 1, *episodes]),
                       kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
                       enforce_eager=v.enforce_eager, omp_threads=threads,
                       enable_prefix_caching=v.enable_prefix_caching)

@@ -111,7 +111,8 @@ def test_preset_expands_and_user_keys_win(tmp_path):
 
 
 def test_unknown_preset_lists_the_known_ones(tmp_path):
-    with pytest.raises(ConfigError, match="unknown algorithm preset 'ppo2'; known presets: dapo, dr_grpo, grpo"):
+    with pytest.raises(ConfigError, match="unknown algorithm preset 'ppo2'; known presets: dapo, dr_grpo, gigpo, grpo, gspo, "
+                                          "multi_step_grpo, ppo, reinforce, reinforce_pp"):
         load_config(write(tmp_path, base()), ["algorithm=ppo2"])
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
-
-from rlvr.config import ConfigError, RewardConfig
+from rlvr.config import ConfigError, RewardConfig, import_class
 from rlvr.data.types import Sample
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
 from rlvr.workers.rewards.result import RewardResult
@@ -12,15 +10,7 @@ from rlvr.workers.rewards.result import RewardResult
 
 def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:
     """Import `cfg.worker`; errors name the config key, so a typo fails before any actor starts."""
-    key = f"domains.{domain}.reward.worker"
-    module_name, _, attr = cfg.worker.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"{key}: cannot import '{cfg.worker}': {err}") from None
-    if not (isinstance(cls, type) and issubclass(cls, RewardWorker)):
-        raise ConfigError(f"{key}: '{cfg.worker}' is not a RewardWorker subclass")
-    return cls
+    return import_class(f"domains.{domain}.reward.worker", cfg.worker, RewardWorker, "a RewardWorker subclass")
 
 
 def build_reward_worker(domain: str, cfg: RewardConfig) -> RewardWorker:
