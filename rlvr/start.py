@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from rlvr.config import ConfigError, load_config
@@ -22,11 +23,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline  # heavy imports only once the config is valid
 
-    pipeline = RLVRPipeline(cfg)
+    # A supervisor's SIGTERM ends the run as Ctrl-C does: the pipeline closes everything it started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_dir = pipeline.run()
-    finally:
-        pipeline.close()
+        pipeline = RLVRPipeline(cfg)
+        try:
+            run_dir = pipeline.run()
+        finally:
+            pipeline.close()
+    except KeyboardInterrupt:
+        print("interrupted: the run and everything it started are stopped", file=sys.stderr)
+        return 130
     print(f"run directory: {run_dir}")
     return 0
 

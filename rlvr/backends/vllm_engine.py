@@ -42,6 +42,7 @@ import torch
 
 from rlvr.backends.hf_engine import SamplingParams
 from rlvr.data.types import Generation
+from rlvr.lifecycle.guardian import child_pids, guard_path, guard_process
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,14 @@ class VLLMEngine:
         else:
             args["gpu_memory_utilization"] = gpu_memory_utilization
         args.update(engine_kwargs)
+        before = set(child_pids())
         with _environ({"OMP_NUM_THREADS": str(omp_threads)} if omp_threads else {}):  # read by the spawned worker
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        # The engine's processes (EngineCore, its workers) and their shared-memory queues end with this process,
+        # also when it is killed (ray.kill, a SIGKILLed driver): vLLM itself only stops them on shutdown().
+        for pid in set(child_pids()) - before:
+            guard_process(pid)
+        guard_path(_weights_pattern())
         self.max_model_len = max_model_len
         self.eos_ids = _eos_ids(model_path)
         self._expected = _checkpoint_names(model_path)
@@ -351,12 +358,21 @@ def _checkpoint_names(model_path: str) -> list[str]:
     return names
 
 
+def _weights_dir() -> str:
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def _weights_pattern() -> str:
+    """This process's weight files (named by its pid, so that its guardian removes them if it is killed)."""
+    return os.path.join(_weights_dir(), f"rlvr-weights-{os.getpid()}-*")
+
+
 def _write_shared(tensors: dict[str, torch.Tensor]) -> str:
     """One safetensors file in shared memory (tmpfs) that the worker process reads back with mmap."""
     from safetensors.torch import save_file
 
-    directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    fd, path = tempfile.mkstemp(prefix="rlvr-weights-", suffix=".safetensors", dir=directory)
+    fd, path = tempfile.mkstemp(prefix=os.path.basename(_weights_pattern()).rstrip("*"), suffix=".safetensors",
+                                dir=_weights_dir())
     os.close(fd)
     seen: set[int] = set()
     flat = {}

@@ -12,6 +12,7 @@ import ray
 
 from rlvr.config import Config, ConfigError, RewardConfig
 from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
+from rlvr.lifecycle.guardian import child_pids, guard_process
 from rlvr.models.default_model import resolve_model_path
 from rlvr.data.dataset import RowFormat, load_prompts, split_by_domain, tokenize_prompts
 from rlvr.data.types import Prompt
@@ -38,8 +39,13 @@ def start_ray(cfg: Config) -> bool:
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     # Workers load models quietly: one "Loading weights" bar per actor per start drowns the run's own output.
     env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    before = set(child_pids())
     ray.init(address=address, num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,
              runtime_env={"env_vars": env})
+    # An embedded cluster's processes (and so every actor and what the actors started) end with the driver at
+    # once, also when it is SIGKILLed: Ray's own agents would outlive it by minutes.
+    for pid in set(child_pids()) - before:
+        guard_process(pid)
     return True
 
 

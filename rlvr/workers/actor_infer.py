@@ -75,6 +75,12 @@ class ActorInferWorker:
     async def set_rng_state(self, state: torch.Tensor) -> None:
         self.engine.set_rng_state(state)
 
+    async def close(self) -> None:
+        """Stops the engine's own processes (vLLM) before the actor is killed."""
+        shutdown = getattr(self.engine, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
 
 class Admission:
     """A cap on requests inside the engine: FIFO waiters, abort while waiting, and a peak for metrics and tests."""
