@@ -127,6 +127,8 @@ class RLVRPipeline:
         per_batch = self.cfg.actor_train.mini_batch_size // self.cfg.rollout.group_size if pipelined else None
         parts: list[dict[str, float]] = []
         for groups in rollout.stream(per_batch):
+            if not pipelined:  # completion order is timing; the batch follows launch order (same seed, same run)
+                groups = sorted(groups, key=lambda g: (g.domain, g.group_id))
             parts.append(self.train_on(by_domain(groups), timer, step_lr=not pipelined))
         if pipelined and parts:
             self.clusters.actor_train.gather("lr_step")  # every rank has its own schedule
