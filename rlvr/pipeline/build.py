@@ -40,7 +40,9 @@ def start_ray(cfg: Config) -> bool:
     # Workers load models quietly: one "Loading weights" bar per actor per start drowns the run's own output.
     env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     before = set(child_pids())
-    ray.init(address=address, num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,
+    # "local": an embedded cluster of our own, never one that `ray start` left on this machine (ray.init() with no
+    # address would join it through /tmp/ray/ray_current_cluster).
+    ray.init(address=address or "local", num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,
              runtime_env={"env_vars": env})
     # An embedded cluster's processes (and so every actor and what the actors started) end with the driver at
     # once, also when it is SIGKILLed: Ray's own agents would outlive it by minutes.
