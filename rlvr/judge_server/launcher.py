@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
-from rlvr.lifecycle.guardian import guard_process
+from rlvr.lifecycle.guardian import guard_path, guard_process
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +172,8 @@ def _launch(cmd: list[str], backend: str, url: str | None, timeout_s: float,
                                    start_new_session=True)  # a process group of its own: stop() ends it all
     # ... and if this process is killed before stop() runs, its guardian ends the server and its engine processes
     guard_process(process.pid)
+    if owns:
+        guard_path(str(logs))
     handle = JudgeServerHandle(url or "", process, backend, logs, owns)
     started = time.monotonic()
     try:
