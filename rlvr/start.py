@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from rlvr.config import ConfigError, load_config
@@ -40,15 +41,21 @@ def main(argv: list[str] | None = None) -> int:
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline  # heavy imports only once the config is valid
     from rlvr.report.finish import finish_run
 
-    pipeline = RLVRPipeline(cfg)
+    # A supervisor's SIGTERM ends the run as Ctrl-C does: the pipeline closes everything it started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_dir = pipeline.run()
-        report = finish_run(pipeline)
-    except BaseException:
-        pipeline.close()  # also ends the workers' output: the hint comes after their errors
-        console.say(f"the run stopped; its report so far: python -m rlvr.report {pipeline.run_dir}")
-        raise
-    pipeline.close()
+        pipeline = RLVRPipeline(cfg)
+        try:
+            run_dir = pipeline.run()
+            report = finish_run(pipeline)
+        except BaseException:
+            pipeline.close()  # also ends the workers' output: the hint comes after their errors
+            console.say(f"the run stopped; its report so far: python -m rlvr.report {pipeline.run_dir}")
+            raise
+        pipeline.close()
+    except KeyboardInterrupt:
+        print("interrupted: the run and everything it started are stopped", file=sys.stderr)
+        return 130
     print(report)
     print(f"run directory: {run_dir}")
     return 0

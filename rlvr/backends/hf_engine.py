@@ -14,9 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
 from rlvr.backends.logprobs import token_logprobs
+from rlvr.backends.seeded_sampling import request_seed, seeded_sampling_processors
 from rlvr.data.types import Generation
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class _Request:
     n: int
     sampling: SamplingParams
     future: asyncio.Future = field(repr=False)
+    seed: int = 0  # sample i draws from seed + i (rlvr.backends.seeded_sampling)
 
 
 class HFEngine:
@@ -59,6 +61,7 @@ class HFEngine:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
         self._next_id = 0
         self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "busy_s": 0.0}
+        self.seed = seed
         torch.manual_seed(seed)
 
     # ------------------------------------------------------------------ interface
@@ -68,7 +71,8 @@ class HFEngine:
         if request_id is None:
             self._next_id += 1
             request_id = f"req-{self._next_id}"
-        req = _Request(request_id, list(prompt_ids), n, sampling, asyncio.get_running_loop().create_future())
+        req = _Request(request_id, list(prompt_ids), n, sampling, asyncio.get_running_loop().create_future(),
+                       seed=request_seed(self.seed, request_id))
         self._pending.append(req)
         self._wake.set()
         return await req.future
@@ -96,11 +100,16 @@ class HFEngine:
         """Logprob of each token given its prefix (position 0 has none); used by the weight-sync parity check."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._logprobs, sequences, temperature)
 
-    def rng_state(self) -> torch.Tensor:
-        return torch.get_rng_state()
+    def rng_state(self) -> dict[str, int]:
+        """Requests sample from seeds of their ids; what is left to restore is the count of requests that came
+        without an id (they are named by it)."""
+        return {"seed": self.seed, "counter": self._next_id}
 
-    def set_rng_state(self, state: torch.Tensor) -> None:
-        torch.set_rng_state(state)
+    def set_rng_state(self, state: dict[str, int] | torch.Tensor) -> None:
+        if isinstance(state, torch.Tensor):  # a checkpoint written before per-request seeds
+            torch.set_rng_state(state)
+            return
+        self.seed, self._next_id = int(state.get("seed", self.seed)), int(state["counter"])
 
     # ------------------------------------------------------------------ batching loop
     def _ensure_runner(self) -> None:
@@ -166,9 +175,11 @@ class HFEngine:
             attention[i, width - len(p):] = 1
         kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=self.pad_id,
                       eos_token_id=sorted(self.eos_ids) or None)
-        if sampling.temperature > 0:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k or None)
+        if sampling.temperature > 0:  # each row from its own seed: the same tokens in any batch
+            seeds = [req.seed + i for req in batch for i in range(req.n)]
+            processors = seeded_sampling_processors(sampling.temperature, sampling.top_k, sampling.top_p, seeds)
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None,
+                          logits_processor=LogitsProcessorList(processors))
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)

@@ -15,8 +15,9 @@ request in flight itself (continuous batching). What this module adds on top of 
   the engine to finish and holds new ones back, as HFEngine's single model thread does.
 - `abort(request_ids)` ends those `generate` calls at once with finish_reason "abort" and cancels the vLLM requests
   (their KV blocks are freed).
-- Per-request seeds drawn from (engine seed, request counter): `rng_state()` is the counter, so restoring it replays
-  the same seeds in the same request order (best effort: batch composition can change float rounding). Chunked
+- Per-request seeds from (engine seed, request id) (`rlvr.backends.seeded_sampling`): a request samples the same
+  tokens whatever else is in flight, in any arrival order (up to float rounding, which batch composition can
+  change: see docs/reproducibility.md). `rng_state()` is the count of requests that came without an id. Chunked
   prefill is off: vLLM 0.32's CPU worker crashes on a seeded request whose prefill is split ("CPU Generator does not
   use offset"), and whole prompts are what a short-prompt RL workload sends anyway.
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -41,7 +41,9 @@ from typing import Any
 import torch
 
 from rlvr.backends.hf_engine import SamplingParams
+from rlvr.backends.seeded_sampling import request_seed
 from rlvr.data.types import Generation
+from rlvr.lifecycle.guardian import child_pids, guard_path, guard_process
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +80,14 @@ class VLLMEngine:
         else:
             args["gpu_memory_utilization"] = gpu_memory_utilization
         args.update(engine_kwargs)
+        before = set(child_pids())
         with _environ({"OMP_NUM_THREADS": str(omp_threads)} if omp_threads else {}):  # read by the spawned worker
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        # The engine's processes (EngineCore, its workers) and their shared-memory queues end with this process,
+        # also when it is killed (ray.kill, a SIGKILLed driver): vLLM itself only stops them on shutdown().
+        for pid in set(child_pids()) - before:
+            guard_process(pid)
+        guard_path(_weights_pattern())
         self.max_model_len = max_model_len
         self.eos_ids = _eos_ids(model_path)
         self._expected = _checkpoint_names(model_path)
@@ -88,7 +96,6 @@ class VLLMEngine:
         self.stats = {"requests": 0, "sequences": 0, "tokens": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0,
                       "aborted": 0, "busy_s": 0.0}
         self._seed = seed
-        self._counter = 0  # requests that drew a seed: the sampling "RNG state"
         self._next_id = 0
         self._version = 0
         self._inflight: dict[str, asyncio.Future] = {}  # request id -> its abort signal
@@ -112,7 +119,7 @@ class VLLMEngine:
             with self._gate.shared():  # entered with no await since the gate was seen open
                 await self._ensure_setup()
                 version = self._version
-                finished, final = await _race(abort, self._request(request_id, prompt_ids, self._params(n, sampling)))
+                finished, final = await _race(abort, self._request(request_id, prompt_ids, self._params(n, sampling, request_id)))
         finally:
             self._inflight.pop(request_id, None)
         if not finished or final is None:
@@ -175,12 +182,14 @@ class VLLMEngine:
                 await self.llm.collective_rpc("rlvr_set_logit_scale", args=(1.0,))
 
     def rng_state(self) -> dict[str, int]:
-        return {"seed": self._seed, "counter": self._counter}
+        """Requests sample from seeds of their ids; what is left to restore is the count of requests that came
+        without an id (they are named by it)."""
+        return {"seed": self._seed, "counter": self._next_id}
 
     def set_rng_state(self, state: dict[str, int]) -> None:
         if not isinstance(state, dict) or "counter" not in state:
             raise TypeError(f"VLLMEngine.set_rng_state expects the dict from rng_state(), got {type(state)}")
-        self._seed, self._counter = int(state.get("seed", self._seed)), int(state["counter"])
+        self._seed, self._next_id = int(state.get("seed", self._seed)), int(state["counter"])
 
     def shutdown(self) -> None:
         """Stops the engine processes (also done when the engine is garbage collected)."""
@@ -198,7 +207,7 @@ class VLLMEngine:
             final = out
         return final
 
-    def _params(self, n: int, sampling: SamplingParams):
+    def _params(self, n: int, sampling: SamplingParams, request_id: str):
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -206,9 +215,7 @@ class VLLMEngine:
                       logprobs=0 if sampling.return_logprobs else None, output_kind=RequestOutputKind.FINAL_ONLY)
         if sampling.temperature <= 0:  # greedy: the n responses are one
             return VSamplingParams(n=1, temperature=0.0, **kwargs)
-        self._counter += 1
-        digest = hashlib.blake2b(f"{self._seed}:{self._counter}".encode(), digest_size=8).digest()
-        seed = int.from_bytes(digest, "little") % (2**31 - 2**16)  # vLLM seeds sample i of n with seed + i
+        seed = request_seed(self._seed, request_id)  # vLLM seeds sample i of n with seed + i
         return VSamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                                seed=seed, **kwargs)
 
@@ -355,12 +362,21 @@ def _checkpoint_names(model_path: str) -> list[str]:
     return names
 
 
+def _weights_dir() -> str:
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def _weights_pattern() -> str:
+    """This process's weight files (named by its pid, so that its guardian removes them if it is killed)."""
+    return os.path.join(_weights_dir(), f"rlvr-weights-{os.getpid()}-*")
+
+
 def _write_shared(tensors: dict[str, torch.Tensor]) -> str:
     """One safetensors file in shared memory (tmpfs) that the worker process reads back with mmap."""
     from safetensors.torch import save_file
 
-    directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    fd, path = tempfile.mkstemp(prefix="rlvr-weights-", suffix=".safetensors", dir=directory)
+    fd, path = tempfile.mkstemp(prefix=os.path.basename(_weights_pattern()).rstrip("*"), suffix=".safetensors",
+                                dir=_weights_dir())
     os.close(fd)
     seen: set[int] = set()
     flat = {}

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
+from rlvr.lifecycle.guardian import guard_path, guard_process
+
 logger = logging.getLogger(__name__)
 
 _TAIL_LINES = 30
@@ -168,6 +170,10 @@ def _launch(cmd: list[str], backend: str, url: str | None, timeout_s: float,
     with open(logs / "stdout.log", "wb") as out, open(logs / "stderr.log", "wb") as err:
         process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
                                    start_new_session=True)  # a process group of its own: stop() ends it all
+    # ... and if this process is killed before stop() runs, its guardian ends the server and its engine processes
+    guard_process(process.pid)
+    if owns:
+        guard_path(str(logs))
     handle = JudgeServerHandle(url or "", process, backend, logs, owns)
     started = time.monotonic()
     try:

@@ -13,6 +13,7 @@ import ray
 from rlvr import console
 from rlvr.config import Config, ConfigError, RewardConfig
 from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
+from rlvr.lifecycle.guardian import child_pids, guard_process
 from rlvr.models.default_model import resolve_model_path
 from rlvr.data.dataset import RowFormat, load_prompts, split_by_domain, tokenize_prompts
 from rlvr.data.types import Prompt
@@ -48,8 +49,13 @@ def start_ray(cfg: Config) -> bool:
     run_console = console.active()
     if run_console is not None:  # the CLI's console: worker records in a format it can sort (rlvr/console.py)
         runtime_env["worker_process_setup_hook"] = "rlvr.console.setup_worker_logging"
+    before = set(child_pids())
     ray.init(address=address, num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,
              runtime_env=runtime_env)
+    # An embedded cluster's processes (and so every actor and what the actors started) end with the driver at
+    # once, also when it is SIGKILLed: Ray's own agents would outlive it by minutes.
+    for pid in set(child_pids()) - before:
+        guard_process(pid)
     if run_console is not None:
         run_console.route_ray_output()  # worker output to <run>/logs/workers/, errors to the console
     return True

@@ -1,4 +1,4 @@
-"""Checkpoint directories: one self-describing directory per saved step, written atomically.
+"""Checkpoint directories: one self-describing directory per saved step, written crash-safely.
 
 Layout of `<run_dir>/checkpoints/step_000004/` (the number is the count of finished steps = the next step to run):
   actor_train/      model (safetensors), optimizer, LR schedule and RNG states of the training worker
@@ -6,15 +6,23 @@ Layout of `<run_dir>/checkpoints/step_000004/` (the number is the count of finis
   driver.json       step, quota credits, tracker run id, scheduler cursors per domain, infer RNG, KL
                     controller and running reward moments (rlvr/pipeline/advantage_step.py)
   config.yaml       the resolved config of the run
-A directory only gets its final name once everything is written, so `resume=latest` never sees a partial one.
+
+Crash safety: everything is written under `.tmp_step_NNNNNN/`, every file and directory of it is fsynced, and
+only then is it renamed to `step_NNNNNN` (and the rename made durable by an fsync of the parent). A kill at any
+point leaves either the new checkpoint complete or the previous one as the latest; leftovers of an interrupted
+save (`.tmp_*`, `.trash_*`) are swept by the next save. Old checkpoints leave the listing by an atomic rename
+before they are deleted, so a kill while deleting never exposes a half-deleted one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
+
+from rlvr.lifecycle.faults import fault_point
 
 CKPT_DIR = "checkpoints"
 
@@ -24,23 +32,68 @@ def step_dir(run_dir: Path, step: int) -> Path:
 
 
 def begin(run_dir: Path, step: int) -> Path:
-    tmp = run_dir / CKPT_DIR / f".tmp_step_{step:06d}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    root = run_dir / CKPT_DIR
+    if root.exists():  # what an interrupted save or deletion left behind
+        for leftover in root.iterdir():
+            if leftover.name.startswith((".tmp_", ".trash_")):
+                shutil.rmtree(leftover, ignore_errors=True)
+    tmp = root / f".tmp_step_{step:06d}"
     tmp.mkdir(parents=True)
     return tmp
 
 
-def commit(run_dir: Path, tmp: Path, step: int, driver_state: dict[str, Any], keep: int) -> Path:
-    (tmp / "driver.json").write_text(json.dumps(driver_state, indent=1))
+def commit(run_dir: Path, tmp: Path, step: int, driver_state: dict[str, Any], keep: int,
+           records: tuple[Path, ...] = ()) -> Path:
+    """Makes `tmp` the checkpoint of `step`. `records` (metrics.jsonl, ...) are fsynced first: the checkpoint
+    vouches for every record of the steps before it."""
+    write_durably(tmp / "driver.json", json.dumps(driver_state, indent=1))
     shutil.copy(run_dir / "config.yaml", tmp / "config.yaml")
+    fsync_tree(tmp)
+    for record in records:
+        if record.exists():
+            fsync_path(record)
+    fault_point("checkpoint.before_commit", step)  # a kill here must leave the previous checkpoint as latest
     final = step_dir(run_dir, step)
-    if final.exists():
-        shutil.rmtree(final)
+    if final.exists():  # the same step saved again (a resume from an older checkpoint)
+        _discard(final)
     tmp.rename(final)
+    fsync_path(final.parent)
     for old in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old)
+        _discard(old)
     return final
+
+
+def _discard(path: Path) -> None:
+    trash = path.with_name(f".trash_{path.name}")
+    if trash.exists():
+        shutil.rmtree(trash)
+    path.rename(trash)
+    fsync_path(path.parent)
+    shutil.rmtree(trash)
+
+
+def write_durably(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_path(path: Path) -> None:
+    """fsync of a file or a directory (a directory's fsync makes the names in it durable)."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """Every file and directory under `root` (written by other processes too: the training workers' saves)."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_path(Path(directory) / name)
+        fsync_path(Path(directory))
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -18,6 +18,7 @@ from rlvr import console
 from rlvr.config import Config, save_resolved
 from rlvr.data.batch import TrainBatch
 from rlvr.data.types import Group
+from rlvr.lifecycle.teardown import CLOSE_TIMEOUT_S, end_all
 from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.advantage_step import AdvantageStep
@@ -25,6 +26,7 @@ from rlvr.pipeline.batching import make_train_batch
 from rlvr.pipeline.build import (build_clusters, build_episode_runners, load_domain_data, new_run_dir,
                                  start_local_judge, start_ray)
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
+from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.system_metrics import SystemMonitor, throughput_metrics
 from rlvr.pipeline.trackers import Trackers
@@ -77,7 +79,9 @@ class RLVRPipeline:
         self.ahead: Rollout | None = None  # next step's rollout, started early (one-step off-policy)
         if resume_from:
             run_id = self._restore(resume_from)
-        self.trackers = Trackers(cfg.trackers, self.run_dir, self.run_dir.name, cfg.model_dump(mode="json"), run_id)
+            rewind_records(self.run_dir, self.step)  # the killed run's records from this step on are re-made
+        self.trackers = Trackers(cfg.trackers, self.run_dir, self.run_dir.name, cfg.model_dump(mode="json"), run_id,
+                                 resume_step=self.step if resume_from else None)
         self.sync_probe = self._make_sync_probe()
         self.system = SystemMonitor.for_pipeline(self)
         self.last_val: float | None = None
@@ -134,6 +138,8 @@ class RLVRPipeline:
         per_batch = self.cfg.actor_train.mini_batch_size // self.cfg.rollout.group_size if pipelined else None
         parts: list[dict[str, float]] = []
         for groups in rollout.stream(per_batch):
+            if not pipelined:  # completion order is timing; the batch follows launch order (same seed, same run)
+                groups = sorted(groups, key=lambda g: (g.domain, g.group_id))
             parts.append(self.train_on(by_domain(groups), timer, step_lr=not pipelined))
         if pipelined and parts:
             self.clusters.actor_train.gather("lr_step")  # every rank has its own schedule
@@ -263,7 +269,8 @@ class RLVRPipeline:
         credit = self.ahead.credit_before if self.ahead is not None else self.quota_credit
         state = {"step": self.step, "quota_credit": credit, "tracker_run_id": self.trackers.run_id,
                  "schedulers": schedulers, "advantages": self.advantages.state_dict()}
-        return checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints)
+        return checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints,
+                                 records=tuple(self.run_dir / name for name in RECORD_FILES))
 
     def _restore(self, ckpt: Path) -> str:
         state = checkpoint.load_driver_state(ckpt)
@@ -291,21 +298,20 @@ class RLVRPipeline:
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def close(self) -> None:
-        """Trackers flushed, reward pools closed, every actor of this pipeline gone (the Ray cluster stays up
-        when it was not ours to start)."""
-        console.drain_worker_output()
-        self.trackers.close()
-        if self.ahead is not None:  # a started step that will never be trained
-            self.ahead.cancel()
-        for cluster in self.clusters.rewards.values():
-            ray.get(cluster.call("close"))
-        for actor in self.schedulers.values():
-            ray.kill(actor, no_restart=True)
-        for cluster in (self.clusters.actor_train, self.clusters.actor_infer, self.clusters.reference,
-                        self.clusters.critic, *self.clusters.rewards.values()):
-            if cluster is not None:
-                cluster.kill()
-        if self.judge_server is not None:
-            self.judge_server.stop()
-        if self.owns_ray:
-            ray.shutdown()
+        """Trackers flushed, reward pools and generation engines closed, every actor of this pipeline gone (the
+        Ray cluster stays up when it was not ours to start). Each part is ended even when an earlier one fails
+        (after Ctrl-C an actor may be dead already); the failures are logged."""
+        clusters = self.clusters
+        console.drain_worker_output()  # a worker's last lines (an error's traceback) reach its log first
+        end_all([
+            ("trackers", self.trackers.close),
+            ("the step started ahead", lambda: self.ahead is not None and self.ahead.cancel()),
+            ("reward workers", lambda: ray.get([r for c in clusters.rewards.values() for r in c.call("close")],
+                                               timeout=CLOSE_TIMEOUT_S)),
+            ("generation engines", lambda: ray.get(clusters.actor_infer.call("close"), timeout=CLOSE_TIMEOUT_S)),
+            ("schedulers", lambda: [ray.kill(actor, no_restart=True) for actor in self.schedulers.values()]),
+            ("clusters", lambda: [c.kill() for c in (clusters.actor_train, clusters.actor_infer, clusters.reference,
+                                                     clusters.critic, *clusters.rewards.values()) if c is not None]),
+            ("judge server", lambda: self.judge_server is not None and self.judge_server.stop()),
+            ("ray", lambda: self.owns_ray and ray.shutdown()),
+        ])

@@ -32,7 +32,9 @@ def wandb_mode(setting: str) -> str:
 
 class Trackers:
     def __init__(self, cfg: TrackersConfig, run_dir: Path, run_name: str, config: dict[str, Any],
-                 run_id: str | None = None):
+                 run_id: str | None = None, resume_step: int | None = None):
+        """`resume_step`: the run resumes from its checkpoint of that step; what the killed run logged from
+        that step on is replaced by what this one logs (metrics.jsonl is rewound by rlvr.pipeline.records)."""
         self.run_dir = run_dir
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self._jsonl = open(run_dir / "metrics.jsonl", "a") if cfg.jsonl else None
@@ -40,16 +42,11 @@ class Trackers:
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            # purge_step: TensorBoard's readers drop the earlier events of steps >= resume_step
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=resume_step)
         self._wandb = None
         if cfg.wandb:
-            import wandb
-
-            mode = wandb_mode(cfg.wandb_mode)
-            self._wandb = wandb.init(project=cfg.wandb_project, name=run_name, id=self.run_id, resume="allow",
-                                     dir=str(run_dir), mode=mode, config=config,
-                                     settings=wandb.Settings(silent=True, console="off"))
-            log.info("W&B run %s (%s mode)", self.run_id, mode)
+            self._wandb = _wandb_init(cfg, run_dir, run_name, config, self.run_id, resume_step)
             wandb_extras.define_metrics(self._wandb)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -62,7 +59,7 @@ class Trackers:
                 self._tb.add_scalar(k, v, step)
             self._tb.flush()
         if self._wandb:
-            self._wandb.log({**clean, wandb_extras.STEP_KEY: step}, step=step)
+            self._wandb.log({**clean, wandb_extras.STEP_KEY: step}, step=step, commit=True)  # now, not at the next step
 
     def log_val_samples(self, rows: list[dict[str, Any]], step: int) -> None:
         """One validation's responses: a W&B table (they are also in val_samples.jsonl)."""
@@ -81,3 +78,31 @@ class Trackers:
             self._tb.close()
         if self._wandb:
             self._wandb.finish()
+
+
+def _wandb_init(cfg: TrackersConfig, run_dir: Path, run_name: str, config: dict[str, Any], run_id: str,
+                resume_step: int | None):
+    """A resumed run rewinds the W&B run to the step before its checkpoint (`resume_from`, W&B's "rewind"):
+    history from `resume_step` on is replaced by what is logged next. Plain `resume` would keep the killed run's
+    last step as the current one and W&B would ignore every re-run step below it (its monotonic-step rule).
+    Offline, the rewind point is recorded in the run's file and applied by `wandb sync`."""
+    import wandb
+
+    mode = wandb_mode(cfg.wandb_mode)
+    # Offline data reaches the run's .wandb file every second (W&B's default: 15 s), so a killed run loses at
+    # most its last second of W&B history; metrics.jsonl holds everything.
+    settings = wandb.Settings(silent=True, console="off", x_transaction_log_flush_interval=1.0)
+    common = dict(project=cfg.wandb_project, name=run_name, dir=str(run_dir), mode=mode, config=config,
+                  settings=settings)
+    if resume_step:
+        try:
+            run = wandb.init(resume_from=f"{run_id}?_step={resume_step - 1}", **common)
+            log.info("W&B run %s rewound to step %d (%s mode)", run_id, resume_step - 1, mode)
+            return run
+        except Exception as err:  # a server without run rewind: say what W&B will do with the re-run steps
+            log.warning("W&B cannot rewind run %s (%s): resuming it instead; W&B ignores the re-run steps from "
+                        "%d up to the killed run's last logged step (metrics.jsonl and TensorBoard hold them)",
+                        run_id, err, resume_step)
+    run = wandb.init(id=run_id, resume="allow", **common)
+    log.info("W&B run %s (%s mode)", run_id, mode)
+    return run

@@ -80,6 +80,7 @@ class StepRun:
     n_groups: int
     counters: Counter
     cursor: tuple[int, int]  # the data cursor before this step took its prompts (what a checkpoint saves)
+    launched: int = 0  # prompts launched for this step (names its requests)
     kept: list[Group] = field(default_factory=list)
     carried: list[Carried] = field(default_factory=list)
     ready: asyncio.Queue = field(default_factory=asyncio.Queue)  # kept groups, then metrics (or an error)
@@ -141,7 +142,7 @@ class DynamicSamplingScheduler:
         self.seed = cfg.run.seed
         self.epoch, self.pos = 0, 0
         self._order = self._permutation(0)
-        self._rr_infer = self._rr_reward = self._launched = 0
+        self._rr_infer = self._rr_reward = 0
         self.streaming = cfg.overlap.streaming_rewards
         self.buffer: list[Carried] = []
         self.runs: dict[int, StepRun] = {}  # started steps whose groups the trainer has not all taken yet
@@ -305,9 +306,11 @@ class DynamicSamplingScheduler:
         def launch(count: int, round_: int, initial: bool = False) -> None:
             for _ in range(count):
                 prompt = self._next_prompt()
-                self._launched += 1
+                run.launched += 1
                 phase: dict = {"initial": initial}
-                request_id = f"s{step}:{self._launched}:{prompt.uid}"
+                # Named by the step and the launch count within it: an id (and so its sampling seed) that a
+                # resumed or repeated run gives the same prompt again.
+                request_id = f"s{step}:{run.launched}:{prompt.uid}"
                 task = asyncio.create_task(self._run_group(prompt, self.group_size, self.sampling, version,
                                                            request_id, phase, run))
                 phase["request_id"] = request_id

@@ -38,7 +38,9 @@ def build_engine(cfg: Config, model_path: str, seed: int):
 
 class ActorInferWorker:
     def __init__(self, cfg: Config, model_path: str, rank: int = 0):
-        self.engine = build_engine(cfg, model_path, seed=cfg.run.seed + 1000 + rank)
+        # One seed for every rank: a request's samples follow from its id (per-request seeds), not from the worker
+        # that happened to serve it.
+        self.engine = build_engine(cfg, model_path, seed=cfg.run.seed + 1000)
         self.admission = Admission(cfg.generation.max_in_flight_per_worker)
 
     async def generate(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
@@ -75,6 +77,12 @@ class ActorInferWorker:
 
     async def set_rng_state(self, state: torch.Tensor) -> None:
         self.engine.set_rng_state(state)
+
+    async def close(self) -> None:
+        """Stops the engine's own processes (vLLM) before the actor is killed."""
+        shutdown = getattr(self.engine, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
 
 
 class Admission:

@@ -9,7 +9,8 @@ What a caller (the actor_infer worker, the schedulers, the weight-sync check) re
   answered;
 - `load_weights` replaces the weights in place (generation and `compute_logprobs` then agree with a torch model
   holding the same weights), rejects an incomplete set, and sets `policy_version`;
-- `compute_logprobs` has 0.0 at position 0; `set_rng_state(rng_state())` replays a sampled request.
+- `compute_logprobs` has 0.0 at position 0; `set_rng_state(rng_state())` replays a sampled request; a request
+  samples the same tokens whatever else is in flight (per-request seeds).
 
 The model is the tiny random Llama of the `tiny_vllm_model_dir` fixture (head_dim 32: vLLM's CPU attention needs
 32..512). Each engine starts once per module. The vLLM engine is skipped only where `import vllm` fails
@@ -245,6 +246,26 @@ def test_rng_state_replays_a_sampled_request(engine, tokenizer):
     eng.set_rng_state(state)
     second = engine.run(eng.generate(prompt, 2, sampling))
     assert [g.token_ids for g in first] == [g.token_ids for g in second]
+
+
+def test_a_request_samples_the_same_tokens_whatever_else_is_in_flight(engine, tokenizer):
+    """Per-request seeds (rlvr/backends/seeded_sampling.py): a request's samples follow from its id, not from the
+    requests batched with it or their arrival order (what makes two runs of one config sample alike); another id
+    samples otherwise."""
+    eng, prompt = engine.engine, prompt_ids(tokenizer)
+    sampling = SamplingParams(max_new_tokens=12, temperature=1.0)
+    alone = engine.run(eng.generate(prompt, 3, sampling, request_id="seeded-1"))
+
+    async def crowd():
+        others = [eng.generate(prompt_ids(tokenizer, f"Count to {i}. " * (i + 1)), 2, sampling,
+                               request_id=f"crowd-{i}") for i in range(6)]
+        return await asyncio.gather(*others[:3], eng.generate(prompt, 3, sampling, request_id="seeded-1"),
+                                    *others[3:])
+
+    crowded = engine.run(crowd())[3]
+    assert [g.token_ids for g in crowded] == [g.token_ids for g in alone]
+    other = engine.run(eng.generate(prompt, 3, sampling, request_id="seeded-2"))
+    assert [g.token_ids for g in other] != [g.token_ids for g in alone]
 
 
 # ---------------------------------------------------------------------------------------------------- weights

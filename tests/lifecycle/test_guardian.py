@@ -1,0 +1,59 @@
+"""The process guardian (rlvr/lifecycle/guardian.py) with real processes: an owner starts a child that maps a
+/dev/shm segment and starts a grandchild; whether the owner exits normally or is SIGKILLed, the guardian ends
+the child and the grandchild and removes the segment and the guarded paths. Only this test's own pids and
+files are looked at."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from rlvr.lifecycle.guardian import alive, start_time
+from tests.lifecycle.runwatch import wait_gone
+
+OWNER = r"""
+import os, subprocess, sys, time
+from rlvr.lifecycle import guard_path, guard_process
+child = subprocess.Popen([sys.executable, "-c", '''
+import mmap, os, subprocess, sys
+name = "/dev/shm/rlvr-test-guardian-%d" % os.getpid()
+fd = os.open(name, os.O_CREAT | os.O_RDWR); os.ftruncate(fd, 4096); buf = mmap.mmap(fd, 4096)
+grandchild = subprocess.Popen(["sleep", "600"])
+print(name, grandchild.pid, flush=True)
+sys.stdin.read()  # until the test's end, whatever happens to the owner
+'''], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+segment, grandchild = child.stdout.readline().split()
+scratch = sys.argv[2] + "/scratch-%d" % os.getpid()
+os.mkdir(scratch)
+guard_process(child.pid)
+guard_path(sys.argv[2] + "/scratch-*")
+print(child.pid, grandchild, segment, scratch, flush=True)
+if sys.argv[1] == "exit":
+    sys.exit(0)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_what_the_owner_started_ends_with_it(tmp_path, how):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, how, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    child, grandchild, segment, scratch = owner.stdout.readline().split()
+    started = {int(pid): start_time(int(pid)) for pid in (child, grandchild)}
+    try:
+        assert os.path.exists(segment) and os.path.isdir(scratch)
+        if how == "sigkill":
+            owner.send_signal(signal.SIGKILL)
+        owner.wait(60)
+        left = wait_gone(started, timeout_s=30)
+        assert not left, f"still alive after the owner ended: {left}"
+        assert not os.path.exists(segment) and not os.path.exists(scratch)
+    finally:
+        for pid, t in started.items():
+            if alive(pid, t):
+                os.kill(pid, signal.SIGKILL)
+        if os.path.exists(segment):
+            os.unlink(segment)

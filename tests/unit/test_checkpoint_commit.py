@@ -1,0 +1,59 @@
+"""Checkpoint directories written crash-safely: a save interrupted at any point leaves the previous checkpoint as
+the latest; leftovers of interrupted saves are swept by the next one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from rlvr.pipeline import checkpoint
+
+
+def save(run_dir, step, keep=2):
+    tmp = checkpoint.begin(run_dir, step)
+    (tmp / "actor_train").mkdir()
+    (tmp / "actor_train" / "weights.bin").write_bytes(os.urandom(64))
+    return checkpoint.commit(run_dir, tmp, step, {"step": step}, keep, records=(run_dir / "metrics.jsonl",))
+
+
+def test_commit_keeps_the_newest_and_sweeps_leftovers(tmp_path):
+    (tmp_path / "config.yaml").write_text("run: {}\n")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\n')
+    for step in (1, 2, 3):
+        save(tmp_path, step)
+    (tmp_path / "checkpoints" / ".tmp_step_000004").mkdir()  # what a killed save leaves
+    (tmp_path / "checkpoints" / ".trash_step_000001").mkdir()  # what a killed deletion leaves
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["step_000002", "step_000003"]
+    save(tmp_path, 4)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000003", "step_000004"]
+    assert checkpoint.load_driver_state(checkpoint.step_dir(tmp_path, 4)) == {"step": 4}
+
+
+def test_the_same_step_saved_again_replaces_it(tmp_path):
+    (tmp_path / "config.yaml").write_text("run: {}\n")
+    save(tmp_path, 2)
+    save(tmp_path, 2)
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["step_000002"]
+
+
+KILLED_SAVE = """
+import sys
+from pathlib import Path
+from rlvr.pipeline import checkpoint
+run_dir = Path(sys.argv[1])
+tmp = checkpoint.begin(run_dir, 2)
+(tmp / "model.bin").write_bytes(b"new")
+checkpoint.commit(run_dir, tmp, 2, {"step": 2}, keep=2)
+"""
+
+
+def test_a_kill_inside_the_save_leaves_the_previous_checkpoint_latest(tmp_path):
+    (tmp_path / "config.yaml").write_text("run: {}\n")
+    save(tmp_path, 1)
+    env = {**os.environ, "RLVR_FAULT": "checkpoint.before_commit@2"}
+    proc = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(tmp_path)], env=env)
+    assert proc.returncode == -signal.SIGKILL
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["step_000001"]
+    assert json.loads((tmp_path / "checkpoints" / "step_000001" / "driver.json").read_text()) == {"step": 1}
+    assert checkpoint.find_resume_point(tmp_path.parent, tmp_path.name, "latest").name == "step_000001"
