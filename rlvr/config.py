@@ -270,6 +270,18 @@ class AlgorithmConfig(Strict):
         return data
 
 
+class FaultsConfig(Strict):
+    """Worker faults (docs/faults.md): an actor_infer, reward or scheduler actor that dies is restarted by Ray and
+    its in-flight requests are sent again; the judge and sandbox servers are restarted by whoever started them;
+    every wait of the driver has a deadline. What happened is counted under `faults/...`."""
+
+    max_restarts: int = Field(3, ge=0)  # per actor_infer, reward and scheduler actor, and per server; 0: a death stops
+    max_resends: int = Field(2, ge=0)  # a request in flight on a worker that died is sent again at most this often
+    wait_timeout_s: float = Field(3600.0, gt=0)  # the longest single wait of the driver (one phase of a step)
+    restart_timeout_s: float = Field(900.0, gt=0)  # a restarted worker must be serving again within this
+    poll_s: float = Field(1.0, gt=0)  # while it waits, the driver checks its workers and servers this often
+
+
 class Config(Strict):
     run: RunConfig = RunConfig()
     trackers: TrackersConfig = TrackersConfig()
@@ -284,6 +296,7 @@ class Config(Strict):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     judge_server: JudgeServerConfig = JudgeServerConfig()
     overlap: OverlapConfig = OverlapConfig()
+    faults: FaultsConfig = FaultsConfig()
 
     @model_validator(mode="before")
     @classmethod

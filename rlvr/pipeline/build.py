@@ -20,6 +20,7 @@ from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
 from rlvr.workers.cluster import Cluster
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.reward_actor import RewardActor, resolve_reward_class
+from rlvr.workers.supervision import Waiter
 
 log = logging.getLogger(__name__)
 
@@ -114,18 +115,22 @@ def train_gpus_per_worker(cfg: Config) -> float:
     return gpus
 
 
-def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardConfig]) -> Clusters:
+def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardConfig],
+                   waiter: Waiter | None = None) -> Clusters:
     for domain, reward in rewards_cfg.items():
         resolve_reward_class(domain, reward)  # fail on a bad import path before starting anything
     gpus = train_gpus_per_worker(cfg)
     # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
+    # Trainer ranks hold optimizer state and form a process group: not restartable (a death stops the run).
+    # Inference and reward workers are: Ray restarts them and their requests are sent again (docs/faults.md).
+    restarts = cfg.faults.max_restarts
     actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
-                          num_gpus=gpus, rendezvous=True)
+                          num_gpus=gpus, rendezvous=True, waiter=waiter)
     actor_infer = Cluster("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
-                          max_concurrency=1000)
-    reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, num_gpus=gpus, rendezvous=True)
-                 if cfg.needs_reference else None)
+                          max_concurrency=1000, max_restarts=restarts, waiter=waiter)
+    reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, num_gpus=gpus, rendezvous=True,
+                         waiter=waiter) if cfg.needs_reference else None)
     rewards = {domain: Cluster(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
-                               max_concurrency=1000)
+                               max_concurrency=1000, max_restarts=restarts, waiter=waiter)
                for domain, reward in rewards_cfg.items()}
     return Clusters(actor_train, actor_infer, reference, rewards)

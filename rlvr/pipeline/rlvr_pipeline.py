@@ -21,11 +21,13 @@ from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.batching import make_train_batch
 from rlvr.pipeline.build import build_clusters, load_domain_data, new_run_dir, start_local_judge, start_ray
+from rlvr.pipeline.domain_schedulers import DomainSchedulers
+from rlvr.pipeline.faults import FATAL_FAULTS, FaultLog, Supervisor, run_stopped
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.trackers import Trackers
-from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.schedulers.quotas import allocate_quotas
+from rlvr.workers.supervision import Waiter
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +59,14 @@ class RLVRPipeline:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.data = load_domain_data(cfg, self.tokenizer)
         self.owns_ray = start_ray(cfg)
+        self.waiter, self.faults = Waiter.from_config(cfg.faults), FaultLog(self.run_dir / "faults.jsonl")
+        self.supervisor = Supervisor(cfg.faults, self.waiter, self.faults)
         self.judge_server, rewards_cfg = start_local_judge(cfg)
-        self.clusters = build_clusters(cfg, self.model_path, rewards_cfg)
-        scheduler_cls = ray.remote(DynamicSamplingScheduler).options(num_cpus=0, max_concurrency=1000)
-        self.schedulers = {
-            d: scheduler_cls.remote(d, self.data[d].train, self.data[d].val, self.clusters.actor_infer.workers,
-                                    self.clusters.rewards[d].workers, cfg)
-            for d in cfg.domains}
+        self.clusters = build_clusters(cfg, self.model_path, rewards_cfg, self.waiter)
+        self.supervisor.watch(self.clusters, self.judge_server, rewards_cfg)
+        self.schedulers = DomainSchedulers(cfg, self.data, self.clusters.actor_infer.workers,
+                                           {d: c.workers for d, c in self.clusters.rewards.items()},
+                                           self.waiter, self.faults)
         self.step, self.quota_credit, run_id = 0, {}, None
         self.ahead: Rollout | None = None  # next step's rollout, started early (one-step off-policy)
         if resume_from:
@@ -77,6 +80,7 @@ class RLVRPipeline:
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc="rlvr", disable=not cfg.progress_bar, unit="step")
         try:
             while self.step < cfg.max_steps:
+                self.faults.step = self.step
                 timer, metrics = PhaseTimer(), {}
                 with timer("model_update"):
                     metrics.update(self.model_update())
@@ -94,6 +98,7 @@ class RLVRPipeline:
                 metrics.update(self.learn(rollout, timer))
                 metrics.update(timer.times)
                 metrics.update(overlap_metrics(metrics, self.cfg))
+                metrics.update(self.faults.pop_metrics())
                 self.trackers.log(metrics, self.step)
                 self.step += 1
                 if cfg.save_every and self.step % cfg.save_every == 0:
@@ -104,6 +109,8 @@ class RLVRPipeline:
             if cfg.eval_every:  # the trained policy's final score, logged at step = max_steps
                 self.model_update()
                 self.trackers.log(self.val(), self.step)
+        except FATAL_FAULTS as err:
+            raise run_stopped(err, self.run_dir, self.step) from err
         finally:
             bar.close()
         return self.run_dir
@@ -174,7 +181,8 @@ class RLVRPipeline:
     def model_update(self) -> dict[str, float]:
         """actor_train -> actor_infer weights (through the object store, no driver copy), then a parity check."""
         weights, *others = self.clusters.actor_train.call("weights_for_sync")  # every rank (ZeRO gathers); rank 0's
-        ray.get(self.clusters.actor_infer.call("load_weights", weights, self.step) + others)
+        self.supervisor.push_weights(weights, self.step)
+        self.waiter.get(others, "actor_train.weights_for_sync")
         every = self.cfg.actor_train.weight_sync_check_every
         if not every or self.step % every:
             return {}
@@ -191,7 +199,7 @@ class RLVRPipeline:
         return max(abs(a - b) for infer in infers for a, b in zip(train[1:], infer[0][1:]))
 
     def val(self) -> dict[str, float]:
-        results = ray.get([s.validate.remote(self.step) for s in self.schedulers.values()])
+        results = self.schedulers.validate(self.step)
         metrics: dict[str, float] = {}
         correct = scored = 0
         with open(self.run_dir / "val_samples.jsonl", "a") as f:
@@ -211,7 +219,7 @@ class RLVRPipeline:
         tmp = checkpoint.begin(self.run_dir, self.step)
         self.clusters.actor_train.collective("save", str(tmp / "actor_train"))
         torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
-        schedulers = dict(zip(self.schedulers, ray.get([s.state_dict.remote() for s in self.schedulers.values()])))
+        schedulers = self.schedulers.state_dicts()
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step
             pickle.dump({d: st.pop("buffer") for d, st in schedulers.items()}, f)
         # A rollout started ahead (off-policy) is saved as not started: the schedulers give its prompts back.
@@ -223,12 +231,12 @@ class RLVRPipeline:
     def _restore(self, ckpt: Path) -> str:
         state = checkpoint.load_driver_state(ckpt)
         self.clusters.actor_train.collective("load", str(ckpt / "actor_train"))
-        for worker, rng in zip(self.clusters.actor_infer.workers, torch.load(ckpt / "actor_infer_rng.pt")):
-            ray.get(worker.set_rng_state.remote(rng))
+        rngs = torch.load(ckpt / "actor_infer_rng.pt")
+        self.waiter.get([w.set_rng_state.remote(r) for w, r in zip(self.clusters.actor_infer.workers, rngs)],
+                        "actor_infer.set_rng_state")
         with open(ckpt / "scheduler_buffers.pkl", "rb") as f:
             buffers = pickle.load(f)
-        ray.get([self.schedulers[d].load_state_dict.remote({**s, "buffer": buffers.get(d, [])})
-                 for d, s in state["schedulers"].items()])
+        self.schedulers.load({d: {**s, "buffer": buffers.get(d, [])} for d, s in state["schedulers"].items()})
         self.step, self.quota_credit = state["step"], state["quota_credit"]
         log.info("resumed from %s at step %d", ckpt, self.step)
         return state["tracker_run_id"]
@@ -246,9 +254,8 @@ class RLVRPipeline:
         if self.ahead is not None:  # a started step that will never be trained
             self.ahead.cancel()
         for cluster in self.clusters.rewards.values():
-            ray.get(cluster.call("close"))
-        for actor in self.schedulers.values():
-            ray.kill(actor, no_restart=True)
+            ray.wait(cluster.call("close"), num_returns=len(cluster), timeout=60)  # best effort: one may be dead
+        self.schedulers.kill()
         for cluster in (self.clusters.actor_train, self.clusters.actor_infer, self.clusters.reference,
                         *self.clusters.rewards.values()):
             if cluster is not None:

@@ -9,6 +9,11 @@ when all its rewards are in. Then the group filters decide (DAPO dynamic samplin
 - once the quota is met, requests still generating are aborted, and groups already being scored finish in the
   background and land in the carry-over buffer for the next step (at most `max_carry_staleness` steps old),
   instead of being thrown away.
+
+Faults (docs/faults.md): a request in flight on an actor_infer or reward actor that died is sent again
+(`faults.max_resends`, counted under `faults/<domain>/...`). When this actor itself dies, Ray restarts it and it
+refuses work until the driver has `restore`d it from the snapshot `start_batch` returned: the data position,
+the carry-over buffer, and the prompts consumed but not yet handed to the trainer (`pending`), which go first.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -29,8 +35,13 @@ from rlvr.config import Config
 from rlvr.data.types import Group, Prompt, Sample
 from rlvr.schedulers.group_filters import FilterSettings, drop_reason, load_user_filter
 from rlvr.workers.rewards.result import STATUSES, RewardResult
+from rlvr.workers.supervision import resend, was_restarted
 
 log = logging.getLogger(__name__)
+
+
+class SchedulerRestarted(RuntimeError):
+    """This scheduler actor was restarted after a crash and has not been restored yet (DomainSchedulers does)."""
 
 
 def sampling_from_config(cfg: Config, validation: bool = False) -> SamplingParams:
@@ -138,12 +149,29 @@ class DynamicSamplingScheduler:
         self.runs: dict[int, StepRun] = {}  # started steps whose groups the trainer has not all taken yet
         self._background: set[asyncio.Task] = set()
         self._late: Counter[str] = Counter()  # outcomes of groups that finished after their step's quota
+        self.max_resends = cfg.faults.max_resends
+        self.faults: Counter[str] = Counter()  # re-sent and lost requests since the last step's metrics
+        self.restored = not was_restarted()
+        # Prompts taken from the cursor whose group is in flight, or kept and not yet handed to the trainer, by
+        # group id: what a snapshot must give back if this actor dies. Restored ones go before the cursor.
+        self.pending: dict[str, Prompt] = {}
+        self._requeue: list[Prompt] = []
+        self._skip: set[str] = set()  # prompt uids the trainer already has (handed over since the snapshot)
 
     # ------------------------------------------------------------------ data cursor
     def _permutation(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.train_prompts))
 
     def _next_prompt(self) -> Prompt:
+        if self._requeue:
+            return self._requeue.pop(0)
+        while True:
+            prompt = self._cursor_prompt()
+            if prompt.uid not in self._skip:
+                return prompt
+            self._skip.discard(prompt.uid)
+
+    def _cursor_prompt(self) -> Prompt:
         if self.pos >= len(self._order):
             self.epoch, self.pos = self.epoch + 1, 0
             self._order = self._permutation(self.epoch)
@@ -155,6 +183,7 @@ class DynamicSamplingScheduler:
         """Cursor and carry-over buffer (finished groups); groups still being scored are not part of it. A step
         started but not yet trained (one-step off-policy) is saved as not started: its prompts and the carried
         groups it took come back on resume."""
+        self._check_restored()
         epoch, pos = min([(self.epoch, self.pos)] + [r.cursor for r in self.runs.values()])
         pending = [c for r in sorted(self.runs.values(), key=lambda r: r.step) for c in r.carried]
         return {"epoch": epoch, "pos": pos, "buffer": pending + list(self.buffer)}
@@ -163,16 +192,43 @@ class DynamicSamplingScheduler:
         self.epoch, self.pos = state["epoch"], state["pos"]
         self._order = self._permutation(self.epoch)
         self.buffer = list(state.get("buffer", []))
+        self.restored = True
+
+    def snapshot(self) -> dict[str, Any]:
+        """Where this scheduler stands now, for `restore` after a crash (the driver keeps it)."""
+        return {"epoch": self.epoch, "pos": self.pos, "buffer": list(self.buffer),
+                "pending": list(self.pending.values())}
+
+    def restore(self, snapshot: dict[str, Any], handed_over: list[str]) -> dict[str, int]:
+        """Back to `snapshot`, except the prompts the trainer got since (uids in `handed_over`): nothing lost,
+        nothing twice. Returns what was given back, for the fault counters."""
+        done = set(handed_over)
+        self.load_state_dict({**snapshot, "buffer": [c for c in snapshot["buffer"] if c.group.prompt.uid not in done]})
+        self._requeue = [p for p in snapshot["pending"] if p.uid not in done]
+        self._skip = done - {c.group.prompt.uid for c in snapshot["buffer"]} - {p.uid for p in snapshot["pending"]}
+        return {"requeued": len(self._requeue), "buffer": len(self.buffer), "skipped": len(self._skip)}
+
+    async def health(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "restored": self.restored, "steps": sorted(self.runs)}
+
+    def _check_restored(self) -> None:
+        if not self.restored:
+            raise SchedulerRestarted(f"{self.domain}: the scheduler was restarted and awaits its state")
 
     # ------------------------------------------------------------------ one prompt
     async def _run_group(self, prompt: Prompt, n: int, sampling: SamplingParams, version: int, request_id: str,
                          phase: dict | None = None, run: StepRun | None = None, lane: str = "train") -> Group:
-        worker = self.infer[self._rr_infer % len(self.infer)]
+        first = self._rr_infer
         self._rr_infer += 1
-        if phase is not None:
-            phase.update(state="generating", worker=worker)
+
+        async def send(attempt: int) -> list:
+            worker = self.infer[(first + attempt) % len(self.infer)]  # a re-send goes to the next worker
+            if phase is not None:
+                phase.update(state="generating", worker=worker)
+            return await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
+
         try:
-            gens = await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
+            gens = await resend(send, self.max_resends, lambda err: self._fault("generate_resent", err))
         finally:
             if run is not None and phase is not None and phase.get("initial"):
                 run.initial_generated()
@@ -202,14 +258,19 @@ class DynamicSamplingScheduler:
         return replace(result, reward=result.reward + penalty, parts={**result.parts, "overlong": penalty})
 
     async def _score(self, sample: Sample, lane: str = "train", run: StepRun | None = None) -> RewardResult:
-        worker = self.rewards[self._rr_reward % len(self.rewards)]
+        first = self._rr_reward
         self._rr_reward += 1
         light = replace(sample, prompt=replace(sample.prompt, prompt_ids=[]))  # rewards never need the ids
         if run is not None:
             run.reward_sent()
+
+        async def send(attempt: int) -> RewardResult:
+            return await self.rewards[(first + attempt) % len(self.rewards)].score.remote(light, lane)
+
         try:
-            return await worker.score.remote(light, lane)
+            return await resend(send, self.max_resends, lambda err: self._fault("score_resent", err))
         except Exception as err:  # the reward actor itself failed: count it, never lose the sample silently
+            self.faults["score_failed"] += 1
             log.warning("reward actor failed for %s: %s", sample.group_id, err)
             return RewardResult.failed("error", f"reward actor failure: {type(err).__name__}: {err}")
         finally:
@@ -217,9 +278,12 @@ class DynamicSamplingScheduler:
                 run.reward_landed()
 
     # ------------------------------------------------------------------ one step, streamed
-    async def start_batch(self, n_groups: int, step: int, version: int) -> None:
+    async def start_batch(self, n_groups: int, step: int, version: int) -> dict[str, Any]:
         """Starts collecting up to `n_groups` kept groups for `step` (fewer only when refill rounds run out).
-        Returns at once; `next_groups` hands them over as they complete. Several steps may be in flight."""
+        Returns at once, with the snapshot from before it took anything; `next_groups` hands the groups over
+        as they complete. Several steps may be in flight."""
+        self._check_restored()
+        snapshot = self.snapshot()
         if step in self.runs:
             raise RuntimeError(f"{self.domain}: step {step} already started")
         # Groups that finished after the previous quota are counted in the step in which they land.
@@ -229,16 +293,21 @@ class DynamicSamplingScheduler:
         run.carried = self._take_carried(run)
         for c in run.carried:
             run.keep(c.group)
+            self.pending[c.group.group_id] = c.group.prompt
         run.task = asyncio.create_task(self._collect(run, version))
+        return snapshot
 
     async def next_groups(self, step: int) -> tuple[list[Group], dict[str, float] | None]:
         """Kept groups of `step` that completed since the last call (waits for at least one, or for the end).
         The second element is None while the step goes on, and the step's metrics once it is over."""
+        self._check_restored()
         run = self.runs[step]
         items = [await run.ready.get()]
         while not run.ready.empty():
             items.append(run.ready.get_nowait())
         groups = [x for x in items if isinstance(x, Group)]
+        for g in groups:
+            self.pending.pop(g.group_id, None)
         final = next((x for x in items if isinstance(x, BaseException | dict)), None)
         if isinstance(final, BaseException):
             del self.runs[step]
@@ -250,6 +319,7 @@ class DynamicSamplingScheduler:
     async def wait_generated(self, step: int) -> None:
         """Returns once every group launched at the start of `step` has finished generating (its rewards may
         still be in flight): what a colocated trainer waits for before it takes the cores back."""
+        self._check_restored()
         run = self.runs.get(step)
         if run is not None:
             await run.generated.wait()
@@ -293,6 +363,7 @@ class DynamicSamplingScheduler:
                 self._launched += 1
                 phase: dict = {"initial": initial}
                 request_id = f"s{step}:{self._launched}:{prompt.uid}"
+                self.pending[request_id] = prompt
                 task = asyncio.create_task(self._run_group(prompt, self.group_size, self.sampling, version,
                                                            request_id, phase, run))
                 phase["request_id"] = request_id
@@ -309,8 +380,10 @@ class DynamicSamplingScheduler:
             while len(run.kept) < run.n_groups and tasks:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    round_, _phase = tasks.pop(task)
+                    round_, phase = tasks.pop(task)
                     group = self._finished(task, run.counters)
+                    if group is None or len(run.kept) >= run.n_groups:  # dropped, failed, or to the buffer
+                        self.pending.pop(phase["request_id"], None)
                     if group is not None and len(run.kept) < run.n_groups:
                         run.keep(group)
                     elif group is not None:
@@ -355,17 +428,23 @@ class DynamicSamplingScheduler:
         for task, (_, phase) in tasks.items():
             if phase.get("state") == "scoring" and self.rollout.carry_over:
                 self._background.add(task)
-                task.add_done_callback(lambda t, s=run.step: self._landed(t, s))
+                task.add_done_callback(lambda t, s=run.step, r=phase["request_id"]: self._landed(t, s, r))
                 run.counters["finishing_late"] += 1
             else:
                 aborting.setdefault(phase.get("worker"), []).append(phase["request_id"])
+                self.pending.pop(phase["request_id"], None)
                 task.cancel()
                 run.counters["aborted"] += 1
         run.generated.set()  # nothing more of this step will generate
-        await asyncio.gather(*(w.abort.remote(ids) for w, ids in aborting.items() if w is not None))
+        aborts = await asyncio.gather(*(w.abort.remote(ids) for w, ids in aborting.items() if w is not None),
+                                      return_exceptions=True)
+        for err in aborts:  # a worker that died took its requests with it: nothing left to abort there
+            if isinstance(err, Exception):
+                self._fault("abort_failed", err)
 
-    def _landed(self, task: asyncio.Task, step: int) -> None:
+    def _landed(self, task: asyncio.Task, step: int, request_id: str) -> None:
         self._background.discard(task)
+        self.pending.pop(request_id, None)
         if task.cancelled() or task.exception() is not None:
             self._late["generation_errors"] += 1
             return
@@ -406,7 +485,13 @@ class DynamicSamplingScheduler:
         metrics[f"{d}scheduler/buffer_size"] = float(len(self.buffer))
         metrics[f"{d}scheduler/epoch"] = float(self.epoch)
         metrics[f"{d}timing/reward_span"] = run.reward_span()
+        metrics.update({f"faults/{self.domain}/{k}": float(v) for k, v in self.faults.items()})
+        self.faults.clear()
         return metrics
+
+    def _fault(self, what: str, err: BaseException) -> None:
+        self.faults[what] += 1
+        log.warning("%s: %s after a worker fault: %s", self.domain, what.replace("_", " "), err)
 
     # ------------------------------------------------------------------ validation and reward metrics
     async def validate(self, version: int) -> tuple[dict[str, float], dict[str, int], list[dict]]:
@@ -427,13 +512,17 @@ class DynamicSamplingScheduler:
         return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples)}, examples
 
     async def reward_worker_metrics(self) -> dict[str, float]:
-        per_worker = await asyncio.gather(*(w.metrics.remote() for w in self.rewards))
+        per_worker = await asyncio.gather(*(w.metrics.remote() for w in self.rewards), return_exceptions=True)
         out: dict[str, float] = {}
         for m in per_worker:
+            if isinstance(m, Exception):  # a reward actor that died: its counters went with it
+                self._fault("reward_metrics_lost", m)
+                continue
             for k, v in m.items():
                 if k.startswith("status/"):
                     continue  # status counts come from this step's samples (sample_metrics), not the lifetime
-                key = f"{self.domain}/reward/{k}"
+                name = k.removeprefix("faults/")
+                key = f"faults/{self.domain}/{name}" if name != k else f"{self.domain}/reward/{k}"
                 # Latency percentiles do not add up across workers: report the worst worker's (conservative).
                 combine = max if (k.startswith("latency/") or k.endswith("_peak")) else (lambda a, b: a + b)
                 out[key] = combine(out[key], v) if key in out else v

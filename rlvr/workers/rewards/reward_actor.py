@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 from rlvr.config import ConfigError, RewardConfig
 from rlvr.data.types import Sample
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
 from rlvr.workers.rewards.result import RewardResult
+from rlvr.workers.supervision import was_restarted
 
 
 def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:
@@ -38,6 +40,7 @@ class RewardActor:
     def __init__(self, domain: str, cfg: RewardConfig, rank: int = 0):
         self.domain = domain
         self.worker = build_reward_worker(domain, cfg)
+        self._restarts = int(was_restarted())  # reported once, under faults/, by the next metrics() call
 
     async def score(self, sample: Sample, lane: str = "train") -> RewardResult:
         """Requests from any number of steps are served at once, up to the lane's concurrency."""
@@ -45,9 +48,21 @@ class RewardActor:
 
     async def metrics(self, reset: bool = True) -> dict[str, float]:
         out = self.worker.metrics()
+        if self._restarts:
+            out["faults/reward_restarts"] = float(self._restarts)
         if reset:
             self.worker.reset_metrics()
+            self._restarts = 0
         return out
+
+    async def health(self) -> dict[str, object]:
+        """This process and what the worker runs besides it (pids of servers it owns), for supervision and for
+        tests that inject faults."""
+        return {"pid": os.getpid(), **self.worker.health()}
+
+    async def set_base_url(self, url: str) -> None:
+        """A restarted server answers at a new address (the local judge server): the worker's client follows."""
+        self.worker.base_url = url
 
     async def close(self) -> None:
         self.worker.close()
