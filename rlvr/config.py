@@ -276,9 +276,10 @@ class FaultsConfig(Strict):
     every wait of the driver has a deadline. What happened is counted under `faults/...`."""
 
     max_restarts: int = Field(3, ge=0)  # per actor_infer, reward and scheduler actor, and per server; 0: a death stops
-    max_resends: int = Field(2, ge=0)  # a request in flight on a worker that died is sent again at most this often
     wait_timeout_s: float = Field(3600.0, gt=0)  # the longest single wait of the driver (one phase of a step)
-    restart_timeout_s: float = Field(900.0, gt=0)  # a restarted worker must be serving again within this
+    # A restarted worker must serve again within this; requests that were in flight on it are sent again until
+    # then (past it they fail, counted).
+    restart_timeout_s: float = Field(900.0, gt=0)
     poll_s: float = Field(1.0, gt=0)  # while it waits, the driver checks its workers and servers this often
 
 

@@ -101,20 +101,71 @@ class HTTPSandboxClient:
         pass
 
 
-def start_local_server(
-    max_parallel: int = 2, host: str = "127.0.0.1", startup_timeout_s: float = 30.0, backend: str = "bwrap"
-) -> tuple[str, Callable[[], None]]:
-    """Starts `python -m sandbox.server` as a child process, waits until /health answers, and returns
-    (url, stop). The server also exits by itself when this process dies (it watches its stdin)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sandbox.server", "--host", host, "--port", "0", "--max-parallel",
-         str(max_parallel), "--backend", backend, "--exit-on-stdin-eof"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-    )
+class LocalSandboxServer:
+    """A `python -m sandbox.server` child on loopback, owned by this process: `start()` waits until /health
+    answers; `alive()`; `restart()` after it died (a new port: read `url` again); `stop()`. The server also exits
+    by itself when this process dies (it watches its stdin)."""
 
-    def stop() -> None:
+    def __init__(self, max_parallel: int = 2, host: str = "127.0.0.1", startup_timeout_s: float = 30.0,
+                 backend: str = "bwrap") -> None:
+        self.max_parallel, self.host, self.backend = max_parallel, host, backend
+        self.startup_timeout_s = startup_timeout_s
+        self.url = ""
+        self.restarts = 0
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> str:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        proc = self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sandbox.server", "--host", self.host, "--port", "0", "--max-parallel",
+             str(self.max_parallel), "--backend", self.backend, "--exit-on-stdin-eof"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+        )
+        # Drained in the background: a full stderr pipe would block the server.
+        stderr_tail: deque[str] = deque(maxlen=50)
+        threading.Thread(target=lambda: stderr_tail.extend(proc.stderr), daemon=True).start()
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+            self.stop()
+            time.sleep(0.1)
+            raise RuntimeError(f"sandbox server did not start: "
+                               f"{''.join(stderr_tail).strip()[-1000:] or 'no URL printed'}")
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                    if response.status == 200:
+                        self.url = url
+                        return url
+            except (urllib.error.URLError, OSError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"sandbox server at {url} did not become healthy in {self.startup_timeout_s}s")
+            time.sleep(0.05)
+
+    def restart(self) -> str:
+        self.stop()
+        url = self.start()
+        self.restarts += 1
+        return url
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
         if proc.poll() is None:
             proc.terminate()
             try:
@@ -128,27 +179,11 @@ def start_local_server(
             except OSError:
                 pass
 
-    # Drained in the background: a full stderr pipe would block the server.
-    stderr_tail: deque[str] = deque(maxlen=50)
-    threading.Thread(target=lambda: stderr_tail.extend(proc.stderr), daemon=True).start()
-    deadline = time.monotonic() + startup_timeout_s
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http"):
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        stop()
-        time.sleep(0.1)
-        raise RuntimeError(f"sandbox server did not start: {''.join(stderr_tail).strip()[-1000:] or 'no URL printed'}")
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return url, stop
-        except (urllib.error.URLError, OSError):
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop()
-            raise RuntimeError(f"sandbox server at {url} did not become healthy in {startup_timeout_s}s")
-        time.sleep(0.05)
+
+def start_local_server(
+    max_parallel: int = 2, host: str = "127.0.0.1", startup_timeout_s: float = 30.0, backend: str = "bwrap"
+) -> tuple[str, Callable[[], None]]:
+    """Starts `python -m sandbox.server` as a child process, waits until /health answers, and returns
+    (url, stop). The server also exits by itself when this process dies (it watches its stdin)."""
+    server = LocalSandboxServer(max_parallel, host, startup_timeout_s, backend)
+    return server.start(), server.stop

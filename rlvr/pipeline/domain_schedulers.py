@@ -22,7 +22,7 @@ from rlvr.config import Config
 from rlvr.data.types import Group
 from rlvr.pipeline.faults import FaultLog
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler, SchedulerRestarted
-from rlvr.workers.supervision import Waiter, WorkerFault
+from rlvr.workers.supervision import Waiter, WorkerFault, call_resent
 
 LOST = (RayActorError, SchedulerRestarted)  # the actor died, or was restarted and not restored yet
 
@@ -45,7 +45,10 @@ class DomainSchedulers:
                  waiter: Waiter, events: FaultLog):
         options = {"num_cpus": 0, "max_concurrency": 1000, "max_restarts": cfg.faults.max_restarts}
         remote = ray.remote(DynamicSamplingScheduler).options(**options)
-        self.actors = {d: remote.remote(d, data[d].train, data[d].val, infer_workers, reward_workers[d], cfg)
+        # The data go to the object store once, and stay referenced here: a restarted actor gets its constructor
+        # arguments from there again (Ray cannot restart it if they went out of scope).
+        self._data = {d: (ray.put(data[d].train), ray.put(data[d].val)) for d in cfg.domains}
+        self.actors = {d: remote.remote(d, *self._data[d], infer_workers, reward_workers[d], cfg)
                        for d in cfg.domains}
         self.waiter, self.events, self.faults = waiter, events, cfg.faults
         self.running: dict[str, dict[int, _Step]] = {d: {} for d in self.actors}
@@ -115,12 +118,10 @@ class DomainSchedulers:
         """Brings a scheduler that died back where it was (see the module docstring)."""
         start = time.monotonic()
         actor = self.actors[domain]
-        try:
-            health = self.waiter.get(actor.health.remote(), f"scheduler/{domain} restart",
-                                     timeout_s=self.faults.restart_timeout_s)
-        except RayActorError as dead:
-            raise WorkerFault(f"scheduler/{domain} died and was not restarted (faults.max_restarts="
-                              f"{self.faults.max_restarts}): {dead}") from err
+        if not self.faults.max_restarts:
+            raise WorkerFault(f"scheduler/{domain} died (faults.max_restarts=0: no restarts)") from err
+        health = call_resent(self.waiter, actor.health.remote, f"scheduler/{domain} restart",
+                             self.faults.restart_timeout_s)
         if health["restored"]:
             return  # the actor did not restart (a call failed in transit): its state is whole
         running = sorted(self.running[domain].items())

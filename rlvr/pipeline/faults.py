@@ -89,7 +89,7 @@ class Supervisor:
         keeps the ref for workers restarted later: pinned in the object store until the next sync."""
         self._weights = (weights, version) if self.cfg.max_restarts > 0 else None
         gather_resent(self.waiter, self.infer, "load_weights", (weights, version), "actor_infer.load_weights",
-                      self.cfg.max_resends, on_resend=lambda i, err: self.events.record(
+                      self.cfg.restart_timeout_s if self.cfg.max_restarts else 0.0, on_resend=lambda i, err: self.events.record(
                           "actor_infer", "sync_resent", worker=i, error=str(err)[:200]))
 
     # ------------------------------------------------------------------ the watch

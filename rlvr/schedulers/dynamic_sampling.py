@@ -10,8 +10,8 @@ when all its rewards are in. Then the group filters decide (DAPO dynamic samplin
   background and land in the carry-over buffer for the next step (at most `max_carry_staleness` steps old),
   instead of being thrown away.
 
-Faults (docs/faults.md): a request in flight on an actor_infer or reward actor that died is sent again
-(`faults.max_resends`, counted under `faults/<domain>/...`). When this actor itself dies, Ray restarts it and it
+Faults (docs/faults.md): a request in flight on an actor_infer or reward actor that died is sent again once
+the actor is back (counted under `faults/<domain>/...`). When this actor itself dies, Ray restarts it and it
 refuses work until the driver has `restore`d it from the snapshot `start_batch` returned: the data position,
 the carry-over buffer, and the prompts consumed but not yet handed to the trainer (`pending`), which go first.
 """
@@ -149,7 +149,7 @@ class DynamicSamplingScheduler:
         self.runs: dict[int, StepRun] = {}  # started steps whose groups the trainer has not all taken yet
         self._background: set[asyncio.Task] = set()
         self._late: Counter[str] = Counter()  # outcomes of groups that finished after their step's quota
-        self.max_resends = cfg.faults.max_resends
+        self.resend_patience_s = cfg.faults.restart_timeout_s if cfg.faults.max_restarts else 0.0
         self.faults: Counter[str] = Counter()  # re-sent and lost requests since the last step's metrics
         self.restored = not was_restarted()
         # Prompts taken from the cursor whose group is in flight, or kept and not yet handed to the trainer, by
@@ -228,7 +228,7 @@ class DynamicSamplingScheduler:
             return await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
 
         try:
-            gens = await resend(send, self.max_resends, lambda err: self._fault("generate_resent", err))
+            gens = await resend(send, self.resend_patience_s, lambda err: self._fault("generate_resent", err))
         finally:
             if run is not None and phase is not None and phase.get("initial"):
                 run.initial_generated()
@@ -268,7 +268,7 @@ class DynamicSamplingScheduler:
             return await self.rewards[(first + attempt) % len(self.rewards)].score.remote(light, lane)
 
         try:
-            return await resend(send, self.max_resends, lambda err: self._fault("score_resent", err))
+            return await resend(send, self.resend_patience_s, lambda err: self._fault("score_resent", err))
         except Exception as err:  # the reward actor itself failed: count it, never lose the sample silently
             self.faults["score_failed"] += 1
             log.warning("reward actor failed for %s: %s", sample.group_id, err)
