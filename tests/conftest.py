@@ -47,7 +47,8 @@ def ray_local():
     import ray
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # address="local": a cluster of our own, never another run's (ray.init() alone joins a running one).
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
     yield ray
     ray.shutdown()

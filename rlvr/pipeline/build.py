@@ -36,7 +36,9 @@ def start_ray(cfg: Config) -> bool:
     """Joins RAY_ADDRESS / ray.address when given, else starts an embedded cluster. Returns True if we started it."""
     if ray.is_initialized():
         return False
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    # "local": an embedded cluster of our own; ray.init() without an address would join whatever Ray cluster
+    # happens to run on the machine (another user's run).
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or "local"
     # Workers load models quietly: one "Loading weights" bar per actor per start drowns the run's own output.
     env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     ray.init(address=address, num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,

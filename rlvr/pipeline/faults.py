@@ -68,15 +68,19 @@ class Supervisor:
         self.judge = None
         self.judge_rewards: list = []  # reward actors whose worker talks to the local judge server
         self._weights: tuple[Any, int] | None = None  # the last synced weights (a ref) and their version
-        self._pings: dict[int, ray.ObjectRef] = {}
+        self._pings: dict[int, tuple[ray.ObjectRef, float]] = {}  # worker -> health call in flight, sent at
         self._pushing: dict[int, tuple[ray.ObjectRef, float]] = {}
         self._down_since: dict[int, float] = {}
         self._judge_restarts = 0
-        waiter.tick = self.tick
+        waiter.tick, waiter.describe = self.tick, self.describe
 
     def watch(self, clusters, judge=None, rewards_cfg: dict | None = None) -> None:
         """What to watch: the actor_infer workers, and the local judge server with the reward actors that use it
-        (those whose config got its URL)."""
+        (those whose config got its URL). Waits until every worker is up (model loaded), so that start-up, which
+        may take minutes, is bounded by faults.restart_timeout_s and not charged to the first step's deadlines."""
+        workers = [*clusters.actor_infer.workers, *(w for c in clusters.rewards.values() for w in c.workers)]
+        self.waiter.get([w.__ray_ready__.remote() for w in workers], "start-up of the actor_infer and reward workers",
+                        timeout_s=self.cfg.restart_timeout_s)
         self.infer = list(clusters.actor_infer.workers)
         self.judge = judge
         if judge is not None and rewards_cfg:
@@ -103,10 +107,10 @@ class Supervisor:
             if i in self._pushing:
                 self._check_push(i, now)
                 continue
-            ping = self._pings.get(i)
-            if ping is None:
-                self._pings[i] = worker.health.remote()  # queued by Ray while the worker restarts
+            if i not in self._pings:
+                self._pings[i] = (worker.health.remote(), now)
                 continue
+            ping = self._pings[i][0]
             if not ray.wait([ping], timeout=0)[0]:
                 continue
             del self._pings[i]
@@ -119,6 +123,13 @@ class Supervisor:
                 ref, version = self._weights
                 self._pushing[i] = (worker.load_weights.remote(ref, version), now)
                 self._down_since.setdefault(i, now)
+
+    def describe(self) -> str:
+        """Workers that have not answered a health check for a while (hung, or restarting), for error messages."""
+        now = time.monotonic()
+        late = [f"actor_infer worker {i} (no answer to a health check for {now - sent:.0f}s)"
+                for i, (_, sent) in sorted(self._pings.items()) if now - sent > max(5.0, 5 * self.cfg.poll_s)]
+        return ", ".join(late)
 
     def _check_push(self, i: int, now: float) -> None:
         ref, _started = self._pushing[i]

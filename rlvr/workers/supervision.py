@@ -52,6 +52,7 @@ class Waiter:
         self.poll_s = poll_s
         self.key = key
         self.tick: Callable[[], None] | None = None
+        self.describe: Callable[[], str] | None = None  # what the supervisor sees, added to a deadline's error
         self._ticking = False
 
     @classmethod
@@ -108,7 +109,9 @@ class Waiter:
         if time.monotonic() >= deadline:
             limit = self.timeout_s if timeout_s is None else timeout_s
             where = self.key if timeout_s is None else "its own deadline"
-            raise DeadlineExceeded(f"{what}: no result within {limit:g}s ({where}); {state}")
+            seen = self.describe() if self.describe is not None else ""
+            raise DeadlineExceeded(f"{what}: no result within {limit:g}s ({where}); {state}"
+                                   + (f"; not answering: {seen}" if seen else ""))
         self.run_tick()
 
 

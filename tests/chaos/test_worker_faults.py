@@ -3,11 +3,19 @@ trained twice, and the fault is counted under faults/... (docs/faults.md)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections import Counter
 
 import pytest
+import ray
 
-from tests.chaos.harness import run_with_faults
+from rlvr.config import config_from_dict
+from rlvr.pipeline.chaos import Injector
+from rlvr.pipeline.faults import RunStopped
+from tests.chaos.harness import RecordingPipeline, run_with_faults
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -15,10 +23,10 @@ pytestmark = pytest.mark.slow
 STEPS, PROMPTS, GROUP = 3, 4, 2
 
 
-def small(model_dir: str, out: str, **sections) -> dict:
-    tree = tiny_config(model_dir, out, run={"max_steps": STEPS, "eval_every": 0},
+def small(model_dir: str, out: str, save_every: int = 0) -> dict:
+    tree = tiny_config(model_dir, out, run={"max_steps": STEPS, "eval_every": 0, "save_every": save_every},
                        rollout={"prompts_per_step": PROMPTS, "group_size": GROUP},
-                       generation={"max_new_tokens": 24, "temperature": 1.0}, **sections)
+                       generation={"max_new_tokens": 24, "temperature": 1.0})
     tree["faults"] = {"poll_s": 0.2, "wait_timeout_s": 300}
     return tree
 
@@ -83,3 +91,51 @@ def test_scheduler_killed_mid_step_resumes_its_cursor(tiny_model_dir, ray_local,
                                                            "word_problems": STEPS * quota}
     finally:
         run.pipeline.close()
+
+
+def test_a_hung_worker_stops_the_run_at_the_deadline_naming_it(tiny_model_dir, ray_local, tmp_path):
+    """SIGSTOP (a hang, not a death): no restart comes; the driver's wait runs out and says what it waited for
+    and who stopped answering, and where to resume from."""
+    tree = small(tiny_model_dir, str(tmp_path), save_every=1)
+    tree["faults"] = {"poll_s": 0.2, "wait_timeout_s": 20}  # start-up is bounded apart (restart_timeout_s)
+    pipeline = RecordingPipeline(config_from_dict(tree))
+    stopped = []
+
+    def hang_at_step_1():  # once step 0 is trained and saved
+        while not (pipeline.run_dir / "checkpoints" / "step_000001").exists():
+            time.sleep(0.05)
+        pid = ray.get(pipeline.clusters.actor_infer.workers[0].health.remote())["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+
+    thread = threading.Thread(target=hang_at_step_1, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(RunStopped) as err:
+            pipeline.run()
+        message = str(err.value)
+        assert "no result within 20s (faults.wait_timeout_s)" in message
+        assert "actor_infer worker 0 (no answer to a health check" in message
+        assert f"the last good checkpoint is {pipeline.run_dir}/checkpoints/step_000001" in message
+    finally:
+        thread.join(5)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        pipeline.close()
+
+
+def test_without_restarts_a_dead_worker_stops_the_run_with_a_clear_error(tiny_model_dir, ray_local, tmp_path):
+    tree = small(tiny_model_dir, str(tmp_path), save_every=1)
+    tree["faults"] = {"poll_s": 0.2, "wait_timeout_s": 120, "max_restarts": 0}
+    pipeline = RecordingPipeline(config_from_dict(tree))
+    injector = Injector(pipeline, [("actor_infer", None, 1)], busy_timeout_s=60, recover_timeout_s=5)
+    injector.start()
+    try:
+        with pytest.raises(RunStopped) as err:
+            pipeline.run()
+        message = str(err.value)
+        assert "after a worker fault" in message and "ActorInferWorker" in message
+        assert f"the last good checkpoint is {pipeline.run_dir}/checkpoints/step_000001" in message
+    finally:
+        injector.stop()
+        pipeline.close()
