@@ -125,6 +125,7 @@ class DynamicSamplingScheduler:
         self.domain = domain
         self.train_prompts = train_prompts
         self.val_prompts = val_prompts[: cfg.validation.max_prompts_per_domain]
+        self.val_in_flight = cfg.generation.max_in_flight_per_worker * max(1, len(infer_workers))
         self.infer = infer_workers
         self.rewards = reward_workers
         self.rollout = cfg.rollout
@@ -495,21 +496,40 @@ class DynamicSamplingScheduler:
 
     # ------------------------------------------------------------------ validation and reward metrics
     async def validate(self, version: int) -> tuple[dict[str, float], dict[str, int], list[dict]]:
-        """One response per validation prompt. Returns (metrics, counts for the all-domain mean, examples)."""
-        tasks = [self._run_group(p, 1, self.val_sampling, version, f"val{version}:{i}:{p.uid}", lane="val")
-                 for i, p in enumerate(self.val_prompts)]
-        samples = [g.samples[0] for g in await asyncio.gather(*tasks)]
+        """One response per validation prompt. Returns (metrics, counts for the all-domain mean, examples).
+        At most as many prompts are in flight as the inference workers admit (a fixed set of lanes takes them in
+        turn, so a validation set of any size costs no more tasks); a prompt whose generation failed is counted
+        under val/<domain>/generation_errors, never dropped silently."""
+        todo = iter(enumerate(self.val_prompts))
+        done: list[tuple[int, Sample]] = []
+        failed = 0
+
+        async def lane() -> None:
+            nonlocal failed
+            for i, p in todo:
+                try:
+                    group = await self._run_group(p, 1, self.val_sampling, version, f"val{version}:{i}:{p.uid}",
+                                                  lane="val")
+                    done.append((i, group.samples[0]))
+                except Exception as err:  # the generation itself failed, after any re-sends
+                    log.warning("%s: validation of %s failed: %r", self.domain, p.uid, err)
+                    failed += 1
+
+        await asyncio.gather(*(lane() for _ in range(min(self.val_in_flight, len(self.val_prompts)))))
+        samples = [s for _, s in sorted(done, key=lambda x: x[0])]  # data order, whatever finished first
         scored = [s for s in samples if s.scored_ok and s.reward.correct is not None]
         n_correct = sum(bool(s.reward.correct) for s in scored)
         metrics = sample_metrics(f"val/{self.domain}/", samples)
         metrics.pop(f"val/{self.domain}/correct/mean", None)  # reported as val_correct/<domain>/mean instead
         if scored:
             metrics[f"val_correct/{self.domain}/mean"] = n_correct / len(scored)
+        if failed:
+            metrics[f"val/{self.domain}/generation_errors"] = float(failed)
         examples = [{"domain": self.domain, "prompt": s.prompt.uid, "response": s.response_text,
                      "ground_truth": str(s.prompt.ground_truth), "reward": s.reward.reward if s.reward else None,
                      "correct": s.reward.correct if s.reward else None, "status": s.reward.status if s.reward else None}
                     for s in samples]
-        return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples)}, examples
+        return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples) + failed}, examples
 
     async def reward_worker_metrics(self) -> dict[str, float]:
         per_worker = await asyncio.gather(*(w.metrics.remote() for w in self.rewards), return_exceptions=True)

@@ -20,11 +20,11 @@ from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
 
-STEPS, PROMPTS, GROUP = 3, 4, 2
+STEPS, PROMPTS, GROUP = 2, 4, 2  # faults at step 1: after a first step that warmed everything up
 
 
-def small(model_dir: str, out: str, save_every: int = 0) -> dict:
-    tree = tiny_config(model_dir, out, run={"max_steps": STEPS, "eval_every": 0, "save_every": save_every},
+def small(model_dir: str, out: str, save_every: int = 0, steps: int = STEPS) -> dict:
+    tree = tiny_config(model_dir, out, run={"max_steps": steps, "eval_every": 0, "save_every": save_every},
                        rollout={"prompts_per_step": PROMPTS, "group_size": GROUP},
                        generation={"max_new_tokens": 24, "temperature": 1.0})
     tree["faults"] = {"poll_s": 0.2, "wait_timeout_s": 300}
@@ -125,7 +125,7 @@ def test_a_hung_worker_stops_the_run_at_the_deadline_naming_it(tiny_model_dir, r
 
 
 def test_without_restarts_a_dead_worker_stops_the_run_with_a_clear_error(tiny_model_dir, ray_local, tmp_path):
-    tree = small(tiny_model_dir, str(tmp_path), save_every=1)
+    tree = small(tiny_model_dir, str(tmp_path), save_every=1, steps=3)
     tree["faults"] = {"poll_s": 0.2, "wait_timeout_s": 120, "max_restarts": 0}
     pipeline = RecordingPipeline(config_from_dict(tree))
     injector = Injector(pipeline, [("actor_infer", None, 1)], busy_timeout_s=60, recover_timeout_s=5)
