@@ -67,6 +67,10 @@ class DataConfig(Strict):
     id_key: str = "id"
     system_prompt: str | None = None
     max_prompt_length: int = Field(256, ge=1)  # longer prompts are dropped, counted and logged
+    # A row that cannot be used (no answer, a tag or domain that routes nowhere, invalid UTF-8 or JSON, a duplicate
+    # id). skip: counted, named in <run_dir>/bad_rows.jsonl and the log, and left out (an error only if a domain
+    # is left with no training rows); error: the first one stops the run before it starts.
+    bad_rows: Literal["skip", "error"] = "skip"
 
 
 class RewardConfig(Strict):

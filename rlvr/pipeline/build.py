@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -13,7 +14,8 @@ import ray
 from rlvr.config import Config, ConfigError, RewardConfig
 from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
 from rlvr.models.default_model import resolve_model_path
-from rlvr.data.dataset import RowFormat, load_prompts, split_by_domain, tokenize_prompts
+from rlvr.data.dataset import (BadRow, RowFormat, load_prompts, split_by_domain, summarize_bad_rows, tokenize_prompts,
+                               with_lines)
 from rlvr.data.types import Prompt
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
@@ -53,28 +55,42 @@ class DomainData:
     dropped: list[str]  # sources of prompts dropped for length
 
 
-def load_domain_data(cfg: Config, tokenizer) -> dict[str, DomainData]:
-    """Every row routed to a configured domain (else an error naming the row), tokenised with the chat template."""
+def load_domain_data(cfg: Config, tokenizer, report_dir: Path | None = None) -> dict[str, DomainData]:
+    """Every row routed to a configured domain, tokenised with the chat template. Rows that cannot be used are
+    counted and named (log, and `<report_dir>/bad_rows.jsonl`) and left out (`data.bad_rows: skip`), or stop the
+    run (`error`); a domain left with no training rows is an error before anything starts."""
     d = cfg.data
     fmt = RowFormat(prompt_key=d.prompt_key, messages_key=d.messages_key, answer_key=d.answer_key,
                     domain_key=d.domain_key, tag_key=d.tag_key, tag_to_domain=d.tag_to_domain, id_key=d.id_key,
                     system_prompt=d.system_prompt)
     known = set(cfg.domains)
     out = {name: DomainData([], [], []) for name in known}
+    bad: list[BadRow] = []
     for split, files in (("train", d.train_files), ("val", d.val_files)):
         if not files:
             continue
-        for domain, items in split_by_domain(load_prompts(files, fmt, known, split)).items():
+        split_bad: list[BadRow] | None = [] if d.bad_rows == "skip" else None
+        for domain, items in split_by_domain(load_prompts(files, fmt, known, split, bad=split_bad)).items():
             kept, dropped = tokenize_prompts(items, tokenizer, d.max_prompt_length)
             getattr(out[domain], split).extend(kept)
             out[domain].dropped.extend(dropped)
             if dropped:
                 log.warning("%s/%s: %d prompts longer than data.max_prompt_length=%d dropped, e.g. %s",
                             domain, split, len(dropped), d.max_prompt_length, dropped[:3])
+            bad.extend(with_lines([BadRow(src, "too_long", f"{src}: longer than data.max_prompt_length="
+                                          f"{d.max_prompt_length} tokens") for src in dropped]))
+        bad.extend(split_bad or [])
+    if bad:
+        log.warning("data: %s", summarize_bad_rows(bad))
+        if report_dir is not None:
+            with open(Path(report_dir) / "bad_rows.jsonl", "w") as f:
+                for b in bad:
+                    f.write(json.dumps(b.to_json()) + "\n")
     for domain, p in cfg.rollout.domain_interleave_probs.items():
         if p > 0 and not out[domain].train:
-            raise ConfigError(f"rollout.domain_interleave_probs.{domain}: probability {p} but no training rows "
-                              f"route to domain '{domain}' in {d.train_files}")
+            why = f"; {summarize_bad_rows(bad)}" if bad else ""
+            raise ConfigError(f"rollout.domain_interleave_probs.{domain}: probability {p} but no usable training "
+                              f"rows route to domain '{domain}' in {d.train_files}{why}")
     return out
 
 

@@ -57,7 +57,7 @@ class RLVRPipeline:
         save_resolved(cfg, self.run_dir)
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.data = load_domain_data(cfg, self.tokenizer)
+        self.data = load_domain_data(cfg, self.tokenizer, report_dir=self.run_dir)
         self.owns_ray = start_ray(cfg)
         self.waiter, self.faults = Waiter.from_config(cfg.faults), FaultLog(self.run_dir / "faults.jsonl")
         self.supervisor = Supervisor(cfg.faults, self.waiter, self.faults)
