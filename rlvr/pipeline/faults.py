@@ -2,8 +2,10 @@
 
 `Supervisor.tick` runs every `faults.poll_s` seconds while the driver waits (rlvr/workers/supervision.py):
 
-- an actor_infer worker that Ray restarted after a crash serves nothing until it has the current weights: the
-  supervisor sees it in `health()` and pushes the weights of the last sync (kept for that purpose);
+- it pings every actor_infer and reward worker (`health()`): a worker that Ray restarted after a crash is seen by
+  its new pid; an actor_infer one serves nothing until it has the current weights, which the supervisor pushes
+  (those of the last sync, kept for that purpose); a worker that stays down (no restarts left, or not back
+  within `faults.restart_timeout_s`) stops the run;
 - the local judge server, started by the driver, is started again when it dies (same port when free, else a new
   one, which the judge reward workers are then told).
 
@@ -18,6 +20,7 @@ import json
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,29 +62,45 @@ class FaultLog:
         return out
 
 
+@dataclass
+class _Watched:
+    """One restartable worker under watch: its handle, and what the supervisor last knew of it."""
+
+    name: str  # "actor_infer/0", "reward/math/0": the component in faults/... metrics and faults.jsonl
+    handle: Any
+    needs_weights: bool  # an actor_infer worker: gets the current weights when it comes back
+    pid: int | None = None
+    ping: tuple[ray.ObjectRef, float] | None = None  # health call in flight, and when it was sent
+    push: ray.ObjectRef | None = None  # weights on their way to it after a restart
+    down_since: float | None = None
+
+
 class Supervisor:
     def __init__(self, cfg: FaultsConfig, waiter: Waiter, events: FaultLog):
         self.cfg = cfg
         self.waiter = waiter
         self.events = events
+        self.workers: list[_Watched] = []
         self.infer: list = []
         self.judge = None
         self.judge_rewards: list = []  # reward actors whose worker talks to the local judge server
         self._weights: tuple[Any, int] | None = None  # the last synced weights (a ref) and their version
-        self._pings: dict[int, tuple[ray.ObjectRef, float]] = {}  # worker -> health call in flight, sent at
-        self._pushing: dict[int, tuple[ray.ObjectRef, float]] = {}
-        self._down_since: dict[int, float] = {}
         self._judge_restarts = 0
         waiter.tick, waiter.describe = self.tick, self.describe
 
     def watch(self, clusters, judge=None, rewards_cfg: dict | None = None) -> None:
-        """What to watch: the actor_infer workers, and the local judge server with the reward actors that use it
-        (those whose config got its URL). Waits until every worker is up (model loaded), so that start-up, which
-        may take minutes, is bounded by faults.restart_timeout_s and not charged to the first step's deadlines."""
-        workers = [*clusters.actor_infer.workers, *(w for c in clusters.rewards.values() for w in c.workers)]
-        self.waiter.get([w.__ray_ready__.remote() for w in workers], "start-up of the actor_infer and reward workers",
-                        timeout_s=self.cfg.restart_timeout_s)
+        """What to watch: the actor_infer and reward workers, and the local judge server with the reward actors
+        that use it (those whose config got its URL). Waits until every worker is up (model loaded), so that
+        start-up, which may take minutes, is bounded by faults.restart_timeout_s and not charged to the first
+        step's deadlines."""
         self.infer = list(clusters.actor_infer.workers)
+        self.workers = [_Watched(f"actor_infer/{i}", w, True) for i, w in enumerate(self.infer)]
+        self.workers += [_Watched(f"reward/{d}/{i}", w, False) for d, c in clusters.rewards.items()
+                         for i, w in enumerate(c.workers)]
+        health = self.waiter.get([w.handle.health.remote() for w in self.workers],
+                                 "start-up of the actor_infer and reward workers", timeout_s=self.cfg.restart_timeout_s)
+        for w, h in zip(self.workers, health):
+            w.pid = h["pid"]
         self.judge = judge
         if judge is not None and rewards_cfg:
             self.judge_rewards = [w for d, r in rewards_cfg.items() if r.args.get("base_url") == judge.url
@@ -92,56 +111,68 @@ class Supervisor:
         """Loads `weights` into every actor_infer worker (one that dies meanwhile gets them once it is back), and
         keeps the ref for workers restarted later: pinned in the object store until the next sync."""
         self._weights = (weights, version) if self.cfg.max_restarts > 0 else None
+        patience = self.cfg.restart_timeout_s if self.cfg.max_restarts else 0.0
         gather_resent(self.waiter, self.infer, "load_weights", (weights, version), "actor_infer.load_weights",
-                      self.cfg.restart_timeout_s if self.cfg.max_restarts else 0.0, on_resend=lambda i, err: self.events.record(
-                          "actor_infer", "sync_resent", worker=i, error=str(err)[:200]))
+                      patience, on_resend=lambda i, err: self.events.record("actor_infer", "sync_resent", worker=i,
+                                                                            error=str(err)[:200]))
 
     # ------------------------------------------------------------------ the watch
     def tick(self) -> None:
-        self._check_infer()
+        now = time.monotonic()
+        for w in self.workers:
+            self._check_worker(w, now)
         self._check_judge()
 
-    def _check_infer(self) -> None:
-        now = time.monotonic()
-        for i, worker in enumerate(self.infer):
-            if i in self._pushing:
-                self._check_push(i, now)
-                continue
-            if i not in self._pings:
-                self._pings[i] = (worker.health.remote(), now)
-                continue
-            ping = self._pings[i][0]
-            if not ray.wait([ping], timeout=0)[0]:
-                continue
-            del self._pings[i]
-            try:
-                health = ray.get(ping)
-            except RayActorError:
-                self._down_since.setdefault(i, now)
-                continue
-            if health["needs_weights"] and self._weights is not None:
-                ref, version = self._weights
-                self._pushing[i] = (worker.load_weights.remote(ref, version), now)
-                self._down_since.setdefault(i, now)
+    def _check_worker(self, w: _Watched, now: float) -> None:
+        if w.push is not None:
+            self._check_push(w, now)
+            return
+        if w.ping is None:
+            w.ping = (w.handle.health.remote(), now)
+            return
+        if not ray.wait([w.ping[0]], timeout=0)[0]:
+            return
+        ping, w.ping = w.ping[0], None
+        try:
+            health = ray.get(ping)
+        except RayActorError as err:  # died, or restarting (calls are refused meanwhile)
+            if w.down_since is None:
+                w.down_since = now
+            if not self.cfg.max_restarts or now - w.down_since > self.cfg.restart_timeout_s:
+                raise WorkerFault(f"{w.name} died and did not come back (faults.max_restarts="
+                                  f"{self.cfg.max_restarts}, faults.restart_timeout_s={self.cfg.restart_timeout_s:g})"
+                                  f": {err}") from err
+            return
+        restarted = w.pid is not None and health["pid"] != w.pid  # None: first sight of it (during start-up)
+        if w.needs_weights and health["needs_weights"] and self._weights is not None:
+            w.push = w.handle.load_weights.remote(*self._weights)  # recorded once the weights are in
+            w.down_since = w.down_since or now
+        elif restarted:
+            self._recovered(w, now)
+        w.pid = health["pid"]
+
+    def _check_push(self, w: _Watched, now: float) -> None:
+        if not ray.wait([w.push], timeout=0)[0]:
+            return
+        push, w.push = w.push, None
+        try:
+            ray.get(push)
+        except RayActorError:  # died again while loading: the next ping finds it
+            return
+        self._recovered(w, now)
+
+    def _recovered(self, w: _Watched, now: float) -> None:
+        seconds = None if w.down_since is None else now - w.down_since
+        component, _, index = w.name.rpartition("/")
+        self.events.record(component, "restarts", seconds=seconds, worker=int(index))
+        w.down_since = None
 
     def describe(self) -> str:
         """Workers that have not answered a health check for a while (hung, or restarting), for error messages."""
         now = time.monotonic()
-        late = [f"actor_infer worker {i} (no answer to a health check for {now - sent:.0f}s)"
-                for i, (_, sent) in sorted(self._pings.items()) if now - sent > max(5.0, 5 * self.cfg.poll_s)]
+        late = [f"{w.name} (no answer to a health check for {now - w.ping[1]:.0f}s)" for w in self.workers
+                if w.ping is not None and now - w.ping[1] > max(5.0, 5 * self.cfg.poll_s)]
         return ", ".join(late)
-
-    def _check_push(self, i: int, now: float) -> None:
-        ref, _started = self._pushing[i]
-        if not ray.wait([ref], timeout=0)[0]:
-            return
-        del self._pushing[i]
-        try:
-            ray.get(ref)
-        except RayActorError:  # died again while loading: the next ping finds it
-            return
-        down = self._down_since.pop(i, now)
-        self.events.record("actor_infer", "restarts", seconds=now - down, worker=i)
 
     def _check_judge(self) -> None:
         judge = self.judge

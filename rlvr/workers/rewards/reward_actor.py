@@ -9,7 +9,6 @@ from rlvr.config import ConfigError, RewardConfig
 from rlvr.data.types import Sample
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
 from rlvr.workers.rewards.result import RewardResult
-from rlvr.workers.supervision import was_restarted
 
 
 def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:
@@ -40,7 +39,6 @@ class RewardActor:
     def __init__(self, domain: str, cfg: RewardConfig, rank: int = 0):
         self.domain = domain
         self.worker = build_reward_worker(domain, cfg)
-        self._restarts = int(was_restarted())  # reported once, under faults/, by the next metrics() call
 
     async def score(self, sample: Sample, lane: str = "train") -> RewardResult:
         """Requests from any number of steps are served at once, up to the lane's concurrency."""
@@ -48,11 +46,8 @@ class RewardActor:
 
     async def metrics(self, reset: bool = True) -> dict[str, float]:
         out = self.worker.metrics()
-        if self._restarts:
-            out["faults/reward_restarts"] = float(self._restarts)
         if reset:
             self.worker.reset_metrics()
-            self._restarts = 0
         return out
 
     async def health(self) -> dict[str, object]:
