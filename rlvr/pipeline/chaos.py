@@ -9,7 +9,8 @@ name: other runs share the machine), sent at a chosen step while that process ha
 
 `Injector` runs beside `pipeline.run()` in a thread: at each planned step it waits until the target is busy,
 kills it, and measures the seconds until the replacement serves (a new pid that answers and, for actor_infer,
-holds the current weights).
+holds the current weights). `RecordingPipeline` remembers which prompts each step trained on, so that a chaos run
+can check that none was lost or trained twice.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+
+from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
 FAULTS = ("actor_infer", "reward", "sandbox", "judge", "scheduler")
 
@@ -98,19 +101,39 @@ class Injector(threading.Thread):
         self.busy_timeout_s, self.recover_timeout_s = busy_timeout_s, recover_timeout_s
         self.errors: list[str] = []
         self._halt = threading.Event()
+        self._settled = threading.Condition()
+        self._pending = len(self.injections)  # injections not yet killed and recovered (or given up on)
 
     def stop(self) -> None:
         self._halt.set()
+        with self._settled:
+            self._settled.notify_all()
+
+    def wait_settled(self, step: int, timeout_s: float = 900.0) -> None:
+        """Blocks until every injection planned before `step` has been sent and its target is back (or given up
+        on): a pipeline that calls this at the start of each step never overlaps two recoveries."""
+        before = sum(i.step < step for i in self.injections)
+        with self._settled:
+            self._settled.wait_for(lambda: len(self.injections) - self._pending >= before or self._halt.is_set(),
+                                   timeout_s)
 
     def run(self) -> None:
-        for inj in self.injections:
-            try:
-                if not self._wait_for_step(inj.step):
-                    return
-                self._inject(inj)
-                self._await_recovery(inj)
-            except Exception as err:  # reported by the caller; the run itself decides the outcome
-                self.errors.append(f"{inj.fault}@{inj.step}: {type(err).__name__}: {err}")
+        try:
+            for inj in self.injections:
+                try:
+                    if not self._wait_for_step(inj.step):
+                        return
+                    self._inject(inj)
+                    self._await_recovery(inj)
+                except Exception as err:  # reported by the caller; the run itself decides the outcome
+                    self.errors.append(f"{inj.fault}@{inj.step}: {type(err).__name__}: {err}")
+                with self._settled:
+                    self._pending -= 1
+                    self._settled.notify_all()
+        finally:
+            self._halt.set()
+            with self._settled:
+                self._settled.notify_all()
 
     def _wait_for_step(self, step: int) -> bool:
         while self.pipeline.step < step:
@@ -145,3 +168,22 @@ class Injector(threading.Thread):
                 break
             time.sleep(0.1)
         inj.orphans = [c for c in self._children if _alive(c)]
+
+
+class RecordingPipeline(RLVRPipeline):
+    """The pipeline, plus the prompt uids of every group it trained on, step by step (`trained`). With
+    `before_step` set (e.g. an Injector's `wait_settled`), each step starts only once that returns."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.trained: dict[int, list[str]] = {}
+        self.before_step = None
+
+    def model_update(self):
+        if self.before_step is not None:
+            self.before_step(self.step)
+        return super().model_update()
+
+    def train_on(self, groups, timer, step_lr):
+        self.trained.setdefault(self.step, []).extend(g.prompt.uid for gs in groups.values() for g in gs)
+        return super().train_on(groups, timer, step_lr)

@@ -7,20 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.config import config_from_dict
-from rlvr.pipeline.chaos import Injection, Injector
-from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
-
-
-class RecordingPipeline(RLVRPipeline):
-    """Test instrumentation: remembers the prompt uids of every group trained, step by step."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.trained: dict[int, list[str]] = {}
-
-    def train_on(self, groups, timer, step_lr):
-        self.trained.setdefault(self.step, []).extend(g.prompt.uid for gs in groups.values() for g in gs)
-        return super().train_on(groups, timer, step_lr)
+from rlvr.pipeline.chaos import Injection, Injector, RecordingPipeline
 
 
 @dataclass

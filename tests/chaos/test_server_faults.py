@@ -8,6 +8,7 @@ import asyncio
 import os
 import shutil
 import signal
+import time
 
 import pytest
 
@@ -77,3 +78,19 @@ def test_judge_server_killed_mid_step_is_restarted_by_the_driver(tiny_model_dir,
         assert event["component"] == "judge" and event["url"] == run.pipeline.judge_server.url
     finally:
         run.pipeline.close()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_idle_sandbox_server_killed_is_restarted_by_its_watcher():
+    worker = CodeSandboxRewardWorker("code", RewardLimits(timeout_s=60), sandbox="http", max_parallel=1)
+    try:
+        killed = worker.health()["sandbox_pid"]
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while worker.health()["sandbox_pid"] == killed or not worker.health()["sandbox_alive"]:
+            assert time.monotonic() < deadline, "the sandbox server was not restarted"
+            time.sleep(0.05)
+        assert asyncio.run(worker.evaluate(sample(0))).status == "ok"  # no request had to notice
+        assert worker.metrics()["faults/sandbox_restarts"] == 1
+    finally:
+        worker.close()

@@ -14,9 +14,10 @@ times out or prints garbage fails its tests (status ok, reward from the passes).
 fault raises, so the base class reports it (status error, counted, masked out of the loss): an unreachable
 sandbox server (TransientRewardError: retried), a sandbox that cannot start programs, a malformed test spec.
 
-A sandbox server this worker started itself (`sandbox="http"` without a `url`) and that dies is started again
-by the first call that finds it gone (at most `server_restarts` times; counted as `faults/sandbox_restarts`);
-calls that failed meanwhile are retried by the base class against the new server.
+A sandbox server this worker started itself (`sandbox="http"` without a `url`) and that dies is started again,
+by a watcher thread or by the first call that finds it gone, whichever comes first (at most `server_restarts`
+times; counted as `faults/sandbox_restarts`); calls that failed meanwhile are retried by the base class against
+the new server.
 """
 
 from __future__ import annotations
@@ -68,13 +69,12 @@ class CodeSandboxRewardWorker(RewardWorker):
         self.language = language
         self.run_limits = Limits.from_dict(run_limits)
         self._server: LocalSandboxServer | None = None
-        self._server_restarts = server_restarts
-        self._recovery: asyncio.Future | None = None
         if sandbox == "local":
             self._client = LocalSandboxClient(max_parallel=max_parallel)
         else:
             if url is None:
-                self._server = LocalSandboxServer(max_parallel=max_parallel)
+                self._server = LocalSandboxServer(max_parallel=max_parallel, max_restarts=server_restarts,
+                                                  on_restart=self._server_moved)
                 url = self._server.start()
             # The HTTP deadline is the base class's per-attempt deadline: a slow queue is a timeout, not a hang.
             self._client = HTTPSandboxClient(url, timeout_s=self.limits.timeout_s)
@@ -101,22 +101,17 @@ class CodeSandboxRewardWorker(RewardWorker):
         )
 
     async def _recover_server(self) -> None:
-        """Our own server died: the first caller to notice starts it again, the others wait for that (the restart
-        is shielded from their deadlines, so a slow start is never left half done)."""
+        """Our own server died: start it again now, or wait for the watcher doing so (shielded from the caller's
+        deadline, so that a slow start is never left half done). Out of restarts, calls fail: status error,
+        counted."""
         server = self._server
         if server is None or server.alive():
             return
-        if self._recovery is None or self._recovery.done():
-            if server.restarts >= self._server_restarts:
-                return  # out of restarts: calls fail (status error, counted) until the worker is replaced
-            loop = asyncio.get_running_loop()
-            self._recovery = loop.run_in_executor(None, self._restart_server)
-        await asyncio.shield(self._recovery)
+        await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, server.ensure_running))
 
-    def _restart_server(self) -> None:
-        code = self._server.proc.returncode if self._server.proc is not None else None
-        logger.warning("sandbox server exited (code %s): starting it again", code)
-        self._client.url = self.url = self._server.restart()
+    def _server_moved(self, url: str) -> None:
+        logger.warning("sandbox server restarted at %s", url)
+        self._client.url = self.url = url
 
     def health(self) -> dict[str, Any]:
         if self._server is None:
