@@ -4,7 +4,7 @@
         [--faults actor_infer,reward,sandbox,judge,scheduler] [key=value ...]
 
 One training run of `--config` (math, code and judge domains: vLLM generation, DeepSpeed, the sandbox and the
-local judge server), shortened to one step per injection plus a warm-up step. From step 1 on, each step gets one
+local judge server), shortened to one step per injection, plus a warm-up step and a last step. From step 1 on, each step gets one
 fault, the fault types in turn, `--repeats` rounds: a real SIGKILL (rlvr.pipeline.chaos) of
 
     actor_infer  the actor_infer worker            reward     the reward actor of --reward-domain (judge)
@@ -106,7 +106,7 @@ def main() -> int:
     faults = args.faults.split(",")
     plan = plan_for(faults, args.repeats, args.reward_domain, args.scheduler_domain)
     out = tempfile.mkdtemp(prefix="rlvr-chaos-")
-    defaults = [f"run.max_steps={1 + len(plan)}", "run.eval_every=0", "run.save_every=0", f"run.output_dir={out}",
+    defaults = [f"run.max_steps={2 + len(plan)}", "run.eval_every=0", "run.save_every=0", f"run.output_dir={out}",
                 "run.progress_bar=false", "trackers.wandb=false", "trackers.tensorboard=false",
                 "rollout.prompts_per_step=4", "generation.max_new_tokens=64", "domains.judge.reward.max_retries=8"]
     cfg = load_config(args.config, defaults + args.overrides)
@@ -122,8 +122,8 @@ def main() -> int:
     except RunStopped as err:
         stopped = err
     finally:
+        injector.join(timeout=300)  # the last recovery is measured before the pipeline goes away
         injector.stop()
-        injector.join(timeout=60)
         pipeline.close()
     records = [json.loads(x) for x in (pipeline.run_dir / "metrics.jsonl").read_text().splitlines()]
     c = pipeline.cfg
@@ -134,6 +134,10 @@ def main() -> int:
           f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores); "
           f"{time.monotonic() - started:.0f} s in all")
     print_table(summarize(pipeline, injector.injections, records, expected))
+    failed = Counter()
+    for r in records:
+        failed.update({f"{d}/{st}": int(r.get(f"{d}/reward/status/{st}", 0)) for d in c.domains for st in FAILED})
+    print(f"\nfailed rewards over the run, by domain and status: {dict(+failed) or 'none'}")
     if stopped is not None:
         print(f"\nthe run stopped: {stopped}")
     if injector.errors:
