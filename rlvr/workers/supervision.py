@@ -33,6 +33,8 @@ class WorkerFault(RuntimeError):
 
 def was_restarted() -> bool:
     """True in an actor that Ray brought back after it died (False outside Ray)."""
+    if not ray.is_initialized():  # get_runtime_context() would start a Ray cluster
+        return False
     try:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:  # not in a Ray actor
