@@ -69,6 +69,10 @@ class DataConfig(Strict):
     id_key: str = "id"
     system_prompt: str | None = None
     max_prompt_length: int = Field(256, ge=1)  # longer prompts are dropped, counted and logged
+    # A row that cannot be used (no answer, a tag or domain that routes nowhere, invalid UTF-8 or JSON, a duplicate
+    # id). skip: counted, named in <run_dir>/bad_rows.jsonl and the log, and left out (an error only if a domain
+    # is left with no training rows); error: the first one stops the run before it starts.
+    bad_rows: Literal["skip", "error"] = "skip"
 
 
 class RewardConfig(Strict):
@@ -305,6 +309,19 @@ class CriticConfig(TrainerConfig):
         return path
 
 
+class FaultsConfig(Strict):
+    """Worker faults (docs/faults.md): an actor_infer, reward or scheduler actor that dies is restarted by Ray and
+    its in-flight requests are sent again; the judge and sandbox servers are restarted by whoever started them;
+    every wait of the driver has a deadline. What happened is counted under `faults/...`."""
+
+    max_restarts: int = Field(3, ge=0)  # per actor_infer, reward and scheduler actor, and per server; 0: a death stops
+    wait_timeout_s: float = Field(3600.0, gt=0)  # the longest single wait of the driver (one phase of a step)
+    # A restarted worker must serve again within this; requests that were in flight on it are sent again until
+    # then (past it they fail, counted).
+    restart_timeout_s: float = Field(900.0, gt=0)
+    poll_s: float = Field(1.0, gt=0)  # while it waits, the driver checks its workers and servers this often
+
+
 class Config(Strict):
     run: RunConfig = RunConfig()
     trackers: TrackersConfig = TrackersConfig()
@@ -320,6 +337,7 @@ class Config(Strict):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     judge_server: JudgeServerConfig = JudgeServerConfig()
     overlap: OverlapConfig = OverlapConfig()
+    faults: FaultsConfig = FaultsConfig()
 
     @model_validator(mode="before")
     @classmethod

@@ -101,20 +101,120 @@ class HTTPSandboxClient:
         pass
 
 
-def start_local_server(
-    max_parallel: int = 2, host: str = "127.0.0.1", startup_timeout_s: float = 30.0, backend: str = "bwrap"
-) -> tuple[str, Callable[[], None]]:
-    """Starts `python -m sandbox.server` as a child process, waits until /health answers, and returns
-    (url, stop). The server also exits by itself when this process dies (it watches its stdin)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sandbox.server", "--host", host, "--port", "0", "--max-parallel",
-         str(max_parallel), "--backend", backend, "--exit-on-stdin-eof"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-    )
+class LocalSandboxServer:
+    """A `python -m sandbox.server` child on loopback, owned by this process: `start()` waits until /health
+    answers; `alive()`; `stop()`. The server also exits by itself when this process dies (it watches its stdin).
 
-    def stop() -> None:
+    With `max_restarts` > 0 it is supervised: a thread starts it again when it dies (same port if still free, else
+    a new one, passed to `on_restart(url)`), at most `max_restarts` times; `ensure_running()` does the same at
+    once, for a caller that just found it gone."""
+
+    def __init__(self, max_parallel: int = 2, host: str = "127.0.0.1", startup_timeout_s: float = 30.0,
+                 backend: str = "bwrap", max_restarts: int = 0,
+                 on_restart: Callable[[str], None] | None = None) -> None:
+        self.max_parallel, self.host, self.backend = max_parallel, host, backend
+        self.startup_timeout_s = startup_timeout_s
+        self.max_restarts, self.on_restart = max_restarts, on_restart
+        self.url = ""
+        self.restarts = 0
+        self.proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> str:
+        with self._lock:
+            url = self._spawn(0)
+        if self.max_restarts > 0:
+            threading.Thread(target=self._watch, daemon=True, name="sandbox-server-watch").start()
+        return url
+
+    def ensure_running(self) -> bool:
+        """Starts the server again if it died (restarts left); True when it serves."""
+        with self._lock:
+            if self._closed.is_set():
+                return False
+            if self.alive():
+                return True
+            if self.restarts >= self.max_restarts:
+                return False
+            port = int(self.url.rsplit(":", 1)[1]) if self.url else 0
+            self._terminate()
+            try:
+                url = self._spawn(port)
+            except RuntimeError:  # the old port was taken meanwhile
+                url = self._spawn(0)
+            self.restarts += 1
+        if self.on_restart is not None:
+            self.on_restart(url)
+        return True
+
+    def stop(self) -> None:
+        self._closed.set()
+        with self._lock:
+            self._terminate()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(0.2):
+            if self.proc is not None and self.proc.poll() is not None:
+                try:
+                    if not self.ensure_running():
+                        return  # out of restarts (or stopped): callers see the connection errors
+                except Exception:  # noqa: BLE001 - a failed restart is retried at the next look
+                    time.sleep(1.0)
+
+    def _spawn(self, port: int) -> str:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        proc = self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sandbox.server", "--host", self.host, "--port", str(port), "--max-parallel",
+             str(self.max_parallel), "--backend", self.backend, "--exit-on-stdin-eof"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+        )
+        # Drained in the background: a full stderr pipe would block the server. Each line is also passed on to this
+        # process's stderr, where the server's warnings and errors are seen (in a Ray worker: its log and console).
+        stderr_tail: deque[str] = deque(maxlen=50)
+
+        def drain() -> None:
+            for line in proc.stderr:
+                stderr_tail.append(line)
+                sys.stderr.write(line)
+
+        threading.Thread(target=drain, daemon=True).start()
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+            self._terminate()
+            time.sleep(0.1)
+            raise RuntimeError(f"sandbox server did not start: "
+                               f"{''.join(stderr_tail).strip()[-1000:] or 'no URL printed'}")
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                    if response.status == 200:
+                        self.url = url
+                        return url
+            except (urllib.error.URLError, OSError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self._terminate()
+                raise RuntimeError(f"sandbox server at {url} did not become healthy in {self.startup_timeout_s}s")
+            time.sleep(0.05)
+
+    def _terminate(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
         if proc.poll() is None:
             proc.terminate()
             try:
@@ -128,34 +228,11 @@ def start_local_server(
             except OSError:
                 pass
 
-    # Drained in the background: a full stderr pipe would block the server. Each line is also passed on to this
-    # process's stderr, where the server's warnings and errors are seen (in a Ray worker: its log and console).
-    stderr_tail: deque[str] = deque(maxlen=50)
 
-    def drain() -> None:
-        for line in proc.stderr:
-            stderr_tail.append(line)
-            sys.stderr.write(line)
-
-    threading.Thread(target=drain, daemon=True).start()
-    deadline = time.monotonic() + startup_timeout_s
-    url = proc.stdout.readline().strip()
-    if not url.startswith("http"):
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        stop()
-        time.sleep(0.1)
-        raise RuntimeError(f"sandbox server did not start: {''.join(stderr_tail).strip()[-1000:] or 'no URL printed'}")
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return url, stop
-        except (urllib.error.URLError, OSError):
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop()
-            raise RuntimeError(f"sandbox server at {url} did not become healthy in {startup_timeout_s}s")
-        time.sleep(0.05)
+def start_local_server(
+    max_parallel: int = 2, host: str = "127.0.0.1", startup_timeout_s: float = 30.0, backend: str = "bwrap"
+) -> tuple[str, Callable[[], None]]:
+    """Starts `python -m sandbox.server` as a child process, waits until /health answers, and returns
+    (url, stop). The server also exits by itself when this process dies (it watches its stdin)."""
+    server = LocalSandboxServer(max_parallel, host, startup_timeout_s, backend)
+    return server.start(), server.stop

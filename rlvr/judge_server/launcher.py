@@ -32,16 +32,78 @@ class JudgeServerError(RuntimeError):
 class JudgeServerHandle:
     """A running judge server. `url` is the OpenAI base URL (`http://127.0.0.1:PORT/v1`): pass it as the
     judge worker's base_url. `stop()` ends the server's whole process group; it is idempotent, and also runs at
-    interpreter exit. Usable as a context manager."""
+    interpreter exit. `restart()` starts it again after it died. Usable as a context manager."""
 
-    def __init__(self, url: str, process: subprocess.Popen, backend: str, log_dir: Path, owns_log_dir: bool):
+    def __init__(self, url: str, process: subprocess.Popen | None, backend: str, log_dir: Path, owns_log_dir: bool,
+                 cmd: Sequence[str] = (), timeout_s: float = 600.0, env: dict[str, str] | None = None):
         self.url = url
         self.process = process
         self.backend = backend  # "vllm" | "transformers"
         self.log_dir = log_dir  # stdout.log and stderr.log of the server
+        self.restarts = 0
         self._owns_log_dir = owns_log_dir
+        self._cmd, self._timeout_s, self._env = list(cmd), timeout_s, env
         self._stopped = False
         atexit.register(self.stop)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def restart(self) -> None:
+        """Starts the server again (after it died): its old process group is killed first, then the same command
+        runs on the same port, or on a new one if that is taken meanwhile (`url` then changes: callers compare).
+        Raises JudgeServerError, with the stderr tail, when it does not come back."""
+        if self._stopped:
+            raise JudgeServerError("restart() of a stopped judge server")
+        _kill_group(self.process)
+        try:
+            self._start(_with_port(self._cmd, self.port), self.url)
+        except JudgeServerError as e:
+            logger.warning("judge server did not come back on its port (%s); trying a new port", e)
+            if self.backend == "transformers":
+                self._start(_with_port(self._cmd, 0), None)  # it prints the URL it bound
+            else:
+                host = _host_of(self._cmd)
+                port = _free_port(host)
+                self._start(_with_port(self._cmd, port), f"http://{_url_host(host)}:{port}/v1")
+        self.restarts += 1
+
+    def _start(self, cmd: list[str], url: str | None) -> None:
+        """Runs `cmd` in its own process group and waits until /health answers; `url` None: the server prints it
+        on its first stdout line. On failure nothing is left running."""
+        env = dict(os.environ if self._env is None else self._env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        logger.info("starting the %s judge server: %s (logs in %s)", self.backend, " ".join(cmd), self.log_dir)
+        with open(self.log_dir / "stdout.log", "wb") as out, open(self.log_dir / "stderr.log", "ab") as err:
+            self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                            start_new_session=True)  # a process group of its own: stop() ends it all
+        # ... and if this process is killed before stop() runs, its guardian ends the server and its engine processes
+        guard_process(self.process.pid)
+        self.url = url or ""
+        started = time.monotonic()
+        try:
+            while True:
+                code = self.process.poll()
+                if code is not None:
+                    raise JudgeServerError(
+                        f"the {self.backend} judge server exited with code {code} during start-up "
+                        f"(command: {' '.join(cmd)}). Last lines of its stderr:\n{self.stderr_tail()}")
+                if not self.url:
+                    self.url = _first_line(self.log_dir / "stdout.log") or ""
+                if self.url and _healthy(self.root_url):
+                    logger.info("%s judge server ready at %s in %.1fs", self.backend, self.url,
+                                time.monotonic() - started)
+                    return
+                if time.monotonic() - started > self._timeout_s:
+                    raise JudgeServerError(
+                        f"the {self.backend} judge server was not healthy within {self._timeout_s:.0f}s "
+                        f"(command: {' '.join(cmd)}). Last lines of its stderr:\n{self.stderr_tail()}")
+                time.sleep(0.25)
+        except BaseException:
+            _kill_group(self.process)
+            raise
 
     @property
     def root_url(self) -> str:
@@ -53,7 +115,7 @@ class JudgeServerHandle:
         return int(self.root_url.rsplit(":", 1)[1])
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.process is not None and self.process.poll() is None
 
     def stderr_tail(self, lines: int = _TAIL_LINES) -> str:
         return _tail(self.log_dir / "stderr.log", lines)
@@ -64,7 +126,8 @@ class JudgeServerHandle:
             return
         self._stopped = True
         atexit.unregister(self.stop)
-        _stop_group(self.process, timeout_s)
+        if self.process is not None:
+            _stop_group(self.process, timeout_s)
         if self._owns_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
@@ -76,7 +139,8 @@ class JudgeServerHandle:
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else ("running" if self.alive() else "exited")
-        return f"JudgeServerHandle(url={self.url!r}, backend={self.backend!r}, pid={self.process.pid}, {state})"
+        pid = self.process.pid if self.process is not None else None
+        return f"JudgeServerHandle(url={self.url!r}, backend={self.backend!r}, pid={pid}, {state})"
 
 
 def vllm_available() -> bool:
@@ -163,41 +227,16 @@ def _launch(cmd: list[str], backend: str, url: str | None, timeout_s: float,
     owns = log_dir is None
     logs = Path(tempfile.mkdtemp(prefix=f"rlvr-judge-{backend}-")) if owns else Path(log_dir)
     logs.mkdir(parents=True, exist_ok=True)
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
-    child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logger.info("starting the %s judge server: %s (logs in %s)", backend, " ".join(cmd), logs)
-    with open(logs / "stdout.log", "wb") as out, open(logs / "stderr.log", "wb") as err:
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=child_env,
-                                   start_new_session=True)  # a process group of its own: stop() ends it all
-    # ... and if this process is killed before stop() runs, its guardian ends the server and its engine processes
-    guard_process(process.pid)
+    (logs / "stderr.log").write_bytes(b"")
+    handle = JudgeServerHandle(url or "", None, backend, logs, owns, cmd=cmd, timeout_s=timeout_s, env=env)
     if owns:
-        guard_path(str(logs))
-    handle = JudgeServerHandle(url or "", process, backend, logs, owns)
-    started = time.monotonic()
+        guard_path(str(logs))  # removed by the guardian too when this process is killed
     try:
-        while True:
-            code = process.poll()
-            if code is not None:
-                raise JudgeServerError(
-                    f"the {backend} judge server exited with code {code} during start-up "
-                    f"(command: {' '.join(cmd)}). Last lines of its stderr:\n{handle.stderr_tail()}"
-                )
-            if not handle.url:
-                handle.url = _first_line(logs / "stdout.log") or ""
-            if handle.url and _healthy(handle.root_url):
-                logger.info("%s judge server ready at %s in %.1fs", backend, handle.url, time.monotonic() - started)
-                return handle
-            if time.monotonic() - started > timeout_s:
-                raise JudgeServerError(
-                    f"the {backend} judge server was not healthy within {timeout_s:.0f}s "
-                    f"(command: {' '.join(cmd)}). Last lines of its stderr:\n{handle.stderr_tail()}"
-                )
-            time.sleep(0.25)
+        handle._start(cmd, url)
     except BaseException:  # the error says why (with the stderr tail); no server is left behind
         handle.stop()
         raise
+    return handle
 
 
 def _first_line(path: Path) -> str | None:
@@ -237,8 +276,34 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def _with_port(cmd: list[str], port: int) -> list[str]:
+    out = list(cmd)
+    i = out.index("--port")
+    out[i + 1] = str(port)
+    return out
+
+
+def _host_of(cmd: list[str]) -> str:
+    return cmd[cmd.index("--host") + 1]
+
+
+def _kill_group(process: subprocess.Popen | None) -> None:
+    """SIGKILL to the process group of `process` (whose leader may be dead already: its children are not)."""
+    if process is None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        logger.warning("judge server (pid %d) still there 10 s after SIGKILL", process.pid)
+
+
 def _stop_group(process: subprocess.Popen, timeout_s: float) -> None:
     if process.poll() is not None:
+        _kill_group(process)  # the leader is gone; children it may have left (vLLM's engine) go too
         return
     try:
         os.killpg(process.pid, signal.SIGTERM)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from rlvr.config import Config, ConfigError, RewardConfig
 from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
 from rlvr.lifecycle.guardian import child_pids, guard_process
 from rlvr.models.default_model import resolve_model_path
-from rlvr.data.dataset import RowFormat, load_prompts, split_by_domain, tokenize_prompts
+from rlvr.data.dataset import (BadRow, RowFormat, load_prompts, split_by_domain, summarize_bad_rows, tokenize_prompts,
+                               with_lines)
 from rlvr.data.types import Prompt
 from rlvr.envs.base import check_args, resolve_env_class
 from rlvr.rollout.episode import EpisodeRunner, env_prompts
@@ -25,6 +27,7 @@ from rlvr.workers.cluster import Cluster
 from rlvr.workers.critic import CriticWorker
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.reward_actor import RewardActor, resolve_reward_class
+from rlvr.workers.supervision import Waiter
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +71,11 @@ class DomainData:
     dropped: list[str]  # sources of prompts dropped for length
 
 
-def load_domain_data(cfg: Config, tokenizer) -> dict[str, DomainData]:
-    """Every row routed to a configured reward domain (else an error naming the row), tokenised with the chat
-    template; an env domain's tasks come from its env's make_tasks (their first prompt from its first
-    observation)."""
+def load_domain_data(cfg: Config, tokenizer, report_dir: Path | None = None) -> dict[str, DomainData]:
+    """Every row routed to a configured reward domain, tokenised with the chat template; an env domain's tasks come
+    from its env's make_tasks (their first prompt from its first observation). Rows that cannot be used are
+    counted and named (log, and `<report_dir>/bad_rows.jsonl`) and left out (`data.bad_rows: skip`), or stop the
+    run (`error`); a domain left with no training rows is an error before anything starts."""
     d = cfg.data
     fmt = RowFormat(prompt_key=d.prompt_key, messages_key=d.messages_key, answer_key=d.answer_key,
                     domain_key=d.domain_key, tag_key=d.tag_key, tag_to_domain=d.tag_to_domain, id_key=d.id_key,
@@ -82,20 +86,32 @@ def load_domain_data(cfg: Config, tokenizer) -> dict[str, DomainData]:
         if dc.env is not None:
             out[name] = DomainData(env_prompts(name, dc.env, "train", cfg.run.seed),
                                    env_prompts(name, dc.env, "val", cfg.run.seed), [])
+    bad: list[BadRow] = []
     for split, files in (("train", d.train_files), ("val", d.val_files)):
         if not files:
             continue
-        for domain, items in split_by_domain(load_prompts(files, fmt, known, split)).items():
+        split_bad: list[BadRow] | None = [] if d.bad_rows == "skip" else None
+        for domain, items in split_by_domain(load_prompts(files, fmt, known, split, bad=split_bad)).items():
             kept, dropped = tokenize_prompts(items, tokenizer, d.max_prompt_length)
             getattr(out[domain], split).extend(kept)
             out[domain].dropped.extend(dropped)
             if dropped:
                 log.warning("%s/%s: %d prompts longer than data.max_prompt_length=%d dropped, e.g. %s",
                             domain, split, len(dropped), d.max_prompt_length, dropped[:3])
+            bad.extend(with_lines([BadRow(src, "too_long", f"{src}: longer than data.max_prompt_length="
+                                          f"{d.max_prompt_length} tokens") for src in dropped]))
+        bad.extend(split_bad or [])
+    if bad:
+        log.warning("data: %s", summarize_bad_rows(bad))
+        if report_dir is not None:
+            with open(Path(report_dir) / "bad_rows.jsonl", "w") as f:
+                for b in bad:
+                    f.write(json.dumps(b.to_json()) + "\n")
     for domain, p in cfg.rollout.domain_interleave_probs.items():
         if p > 0 and not out[domain].train:
-            raise ConfigError(f"rollout.domain_interleave_probs.{domain}: probability {p} but no training rows "
-                              f"route to domain '{domain}' in {d.train_files}")
+            why = f"; {summarize_bad_rows(bad)}" if bad else ""
+            raise ConfigError(f"rollout.domain_interleave_probs.{domain}: probability {p} but no usable training "
+                              f"rows route to domain '{domain}' in {d.train_files}{why}")
     return out
 
 
@@ -156,26 +172,30 @@ def critic_model_path(cfg: Config, actor_model_path: str) -> str:
     return resolve_model_path(cfg.critic.model_path, cfg.model.cache_dir) if cfg.critic.model_path else actor_model_path
 
 
-def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardConfig]) -> Clusters:
+def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardConfig],
+                   waiter: Waiter | None = None) -> Clusters:
     for domain, reward in rewards_cfg.items():
         resolve_reward_class(domain, reward)  # fail on a bad import path before starting anything
     gpus, critic_gpus = train_gpus_per_worker(cfg)
     # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
+    # Trainer ranks hold optimizer state and form a process group: not restartable (a death stops the run).
+    # Inference and reward workers are: Ray restarts them and their requests are sent again (docs/faults.md).
+    restarts = cfg.faults.max_restarts
     actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
-                          num_gpus=gpus, rendezvous=True)
+                          num_gpus=gpus, rendezvous=True, waiter=waiter)
     actor_infer = Cluster("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
-                          max_concurrency=1000)
-    reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, num_gpus=gpus, rendezvous=True)
-                 if cfg.needs_reference else None)
+                          max_concurrency=1000, max_restarts=restarts, waiter=waiter)
+    reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, num_gpus=gpus, rendezvous=True,
+                         waiter=waiter) if cfg.needs_reference else None)
     critic = None
-    if cfg.algorithm.needs_critic:
+    if cfg.algorithm.needs_critic:  # a trainer, like actor_train: not restartable
         critic = Cluster("critic", CriticWorker, cfg.critic.world_size, cfg, critic_model_path(cfg, model_path),
-                         num_gpus=critic_gpus, rendezvous=True)
+                         num_gpus=critic_gpus, rendezvous=True, waiter=waiter)
     elif cfg.critic.model_fields_set:
         log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
                     cfg.algorithm.adv_estimator)
     rewards = {domain: Cluster(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
-                               max_concurrency=1000)
+                               max_concurrency=1000, max_restarts=restarts, waiter=waiter)
                for domain, reward in rewards_cfg.items()}
     return Clusters(actor_train, actor_infer, reference, critic, rewards)
 

@@ -25,13 +25,15 @@ from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.batching import make_train_batch
 from rlvr.pipeline.build import (build_clusters, build_episode_runners, load_domain_data, new_run_dir,
                                  start_local_judge, start_ray)
+from rlvr.pipeline.domain_schedulers import DomainSchedulers
+from rlvr.pipeline.faults import FATAL_FAULTS, FaultLog, Supervisor, run_stopped
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.system_metrics import SystemMonitor, throughput_metrics
 from rlvr.pipeline.trackers import Trackers
-from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.schedulers.quotas import allocate_quotas
+from rlvr.workers.supervision import Waiter
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +64,17 @@ class RLVRPipeline:
         console.start_run(cfg, self.run_dir)  # the header; logs to <run>/logs/ (when the CLI installed the console)
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.data = load_domain_data(cfg, self.tokenizer)
+        self.data = load_domain_data(cfg, self.tokenizer, report_dir=self.run_dir)
         episodes = build_episode_runners(cfg, self.tokenizer)  # env domains: played, not scored
         self.owns_ray = start_ray(cfg)
+        self.waiter, self.faults = Waiter.from_config(cfg.faults), FaultLog(self.run_dir / "faults.jsonl")
+        self.supervisor = Supervisor(cfg.faults, self.waiter, self.faults)
         self.judge_server, rewards_cfg = start_local_judge(cfg, log_dir=self.run_dir / "logs" / "judge_server")
-        self.clusters = build_clusters(cfg, self.model_path, rewards_cfg)
-        scheduler_cls = ray.remote(DynamicSamplingScheduler).options(num_cpus=0, max_concurrency=1000)
-        self.schedulers = {
-            d: scheduler_cls.remote(d, self.data[d].train, self.data[d].val, self.clusters.actor_infer.workers,
-                                    self.clusters.rewards[d].workers if d in self.clusters.rewards else [], cfg,
-                                    episodes=episodes.get(d))
-            for d in cfg.domains}
+        self.clusters = build_clusters(cfg, self.model_path, rewards_cfg, self.waiter)
+        self.supervisor.watch(self.clusters, self.judge_server, rewards_cfg)
+        self.schedulers = DomainSchedulers(cfg, self.data, self.clusters.actor_infer.workers,
+                                           {d: c.workers for d, c in self.clusters.rewards.items()},
+                                           self.waiter, self.faults, episodes)
         self.domains = list(cfg.domains)  # the order of the batch's domain_index
         self.advantages = AdvantageStep(cfg)  # KL controller and running reward moments live across steps
         self.step, self.quota_credit, run_id = 0, {}, None
@@ -92,6 +94,7 @@ class RLVRPipeline:
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc="rlvr", disable=not cfg.progress_bar, unit="step")
         try:
             while self.step < cfg.max_steps:
+                self.faults.step = self.step
                 timer, metrics = PhaseTimer(), {}
                 with timer("model_update"):
                     metrics.update(self.model_update())
@@ -110,6 +113,7 @@ class RLVRPipeline:
                 metrics.update(timer.times)
                 metrics.update(overlap_metrics(metrics, self.cfg))
                 metrics.update(throughput_metrics(metrics) | self.system.sample())
+                metrics.update(self.faults.pop_metrics())
                 self.trackers.log(metrics, self.step)
                 self.step += 1
                 if cfg.save_every and self.step % cfg.save_every == 0:
@@ -119,6 +123,8 @@ class RLVRPipeline:
             if cfg.eval_every:  # the trained policy's final score, logged at step = max_steps
                 self.model_update()
                 self.trackers.log(self.val(), self.step)
+        except FATAL_FAULTS as err:
+            raise run_stopped(err, self.run_dir, self.step) from err
         finally:
             bar.close()
         return self.run_dir
@@ -221,7 +227,8 @@ class RLVRPipeline:
     def model_update(self) -> dict[str, float]:
         """actor_train -> actor_infer weights (through the object store, no driver copy), then a parity check."""
         weights, *others = self.clusters.actor_train.call("weights_for_sync")  # every rank (ZeRO gathers); rank 0's
-        ray.get(self.clusters.actor_infer.call("load_weights", weights, self.step) + others)
+        self.supervisor.push_weights(weights, self.step)
+        self.waiter.get(others, "actor_train.weights_for_sync")
         every = self.cfg.actor_train.weight_sync_check_every
         if not every or self.step % every:
             return {}
@@ -238,7 +245,7 @@ class RLVRPipeline:
         return max(abs(a - b) for infer in infers for a, b in zip(train[1:], infer[0][1:]))
 
     def val(self) -> dict[str, float]:
-        results = ray.get([s.validate.remote(self.step) for s in self.schedulers.values()])
+        results = self.schedulers.validate(self.step)
         metrics: dict[str, float] = {}
         correct = scored = 0
         rows = [{"step": self.step, **ex} for _, _, examples in results for ex in examples]
@@ -262,7 +269,7 @@ class RLVRPipeline:
             saving += self.clusters.critic.collective_async("save", str(tmp / "critic"))
         ray.get(saving)
         torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
-        schedulers = dict(zip(self.schedulers, ray.get([s.state_dict.remote() for s in self.schedulers.values()])))
+        schedulers = self.schedulers.state_dicts()
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step
             pickle.dump({d: st.pop("buffer") for d, st in schedulers.items()}, f)
         # A rollout started ahead (off-policy) is saved as not started: the schedulers give its prompts back.
@@ -279,14 +286,14 @@ class RLVRPipeline:
             if not (ckpt / "critic").is_dir():
                 raise FileNotFoundError(f"{ckpt}: no critic/ to resume the critic from (saved by a run without one?)")
             loading += self.clusters.critic.collective_async("load", str(ckpt / "critic"))
-        ray.get(loading)
+        self.waiter.get(loading, "actor_train/critic.load")
         self.advantages.load_state_dict(state.get("advantages", {}))
-        for worker, rng in zip(self.clusters.actor_infer.workers, torch.load(ckpt / "actor_infer_rng.pt")):
-            ray.get(worker.set_rng_state.remote(rng))
+        rngs = torch.load(ckpt / "actor_infer_rng.pt")
+        self.waiter.get([w.set_rng_state.remote(r) for w, r in zip(self.clusters.actor_infer.workers, rngs)],
+                        "actor_infer.set_rng_state")
         with open(ckpt / "scheduler_buffers.pkl", "rb") as f:
             buffers = pickle.load(f)
-        ray.get([self.schedulers[d].load_state_dict.remote({**s, "buffer": buffers.get(d, [])})
-                 for d, s in state["schedulers"].items()])
+        self.schedulers.load({d: {**s, "buffer": buffers.get(d, [])} for d, s in state["schedulers"].items()})
         self.step, self.quota_credit = state["step"], state["quota_credit"]
         log.info("resumed from %s at step %d", ckpt, self.step)
         return state["tracker_run_id"]
@@ -309,7 +316,7 @@ class RLVRPipeline:
             ("reward workers", lambda: ray.get([r for c in clusters.rewards.values() for r in c.call("close")],
                                                timeout=CLOSE_TIMEOUT_S)),
             ("generation engines", lambda: ray.get(clusters.actor_infer.call("close"), timeout=CLOSE_TIMEOUT_S)),
-            ("schedulers", lambda: [ray.kill(actor, no_restart=True) for actor in self.schedulers.values()]),
+            ("schedulers", self.schedulers.kill),
             ("clusters", lambda: [c.kill() for c in (clusters.actor_train, clusters.actor_infer, clusters.reference,
                                                      clusters.critic, *clusters.rewards.values()) if c is not None]),
             ("judge server", lambda: self.judge_server is not None and self.judge_server.stop()),

@@ -4,6 +4,8 @@ A `Rollout` is started (every scheduler begins generating and scoring at once) a
 mini-batches of complete groups in completion order across domains. Between the two the driver may do other
 work: train on the previous step's rollout (one-step off-policy) or on the first mini-batches of this one
 (mini-batch pipeline). The time the driver spends blocked on it is measured: that is the reward stall.
+Every wait has a deadline, and a scheduler that dies meanwhile is brought back by `DomainSchedulers.recover`
+(the groups it still owes come from the restored actor).
 """
 
 from __future__ import annotations
@@ -14,39 +16,51 @@ from collections.abc import Iterator
 import ray
 
 from rlvr.data.types import Group
+from rlvr.pipeline.domain_schedulers import LOST, DomainSchedulers
 
 
 class Rollout:
-    def __init__(self, schedulers: dict, quotas: dict[str, int], step: int, version: int):
+    def __init__(self, schedulers: DomainSchedulers, quotas: dict[str, int], step: int, version: int):
         self.step = step
-        self.schedulers = {d: s for d, s in schedulers.items() if quotas.get(d, 0) > 0}
+        self.schedulers = schedulers
+        self.domains = [d for d in schedulers.domains if quotas.get(d, 0) > 0]
         self.metrics: dict[str, float] = {f"{d}/scheduler/quota": float(q) for d, q in quotas.items()}
         self.wait_s = 0.0  # driver time blocked on this rollout (generation excluded when waited apart)
         self.credit_before: dict[str, float] = {}  # the quota credit before this rollout took its quotas
-        ray.get([s.start_batch.remote(quotas[d], step, version) for d, s in self.schedulers.items()])
+        for d in self.domains:
+            schedulers.start(d, quotas[d], step, version)
 
     def wait_generated(self) -> float:
         """Blocks until every domain's initial generation of this step is done; returns the seconds waited."""
         start = time.perf_counter()
-        ray.get([s.wait_generated.remote(self.step) for s in self.schedulers.values()])
+        self.schedulers.wait_generated(self.domains, self.step)
         return time.perf_counter() - start
 
     def stream(self, groups_per_batch: int | None) -> Iterator[list[Group]]:
         """Lists of `groups_per_batch` complete groups (the last may be shorter) as they complete, across
         domains; None: one list with every group of the step. Each domain's final metrics land in
         `self.metrics` once its scheduler is done."""
-        calls = {s.next_groups.remote(self.step): d for d, s in self.schedulers.items()}
+        schedulers = self.schedulers
+        calls = {schedulers.next_groups(d, self.step): d for d in self.domains}
         ready: list[Group] = []
         while calls:
             start = time.perf_counter()
-            done, _ = ray.wait(list(calls), num_returns=1)
-            domain = calls.pop(done[0])
-            groups, final = ray.get(done[0])
-            self.wait_s += time.perf_counter() - start
+            done = schedulers.waiter.first(list(calls), f"step {self.step} rollout ({', '.join(calls.values())})")
+            domain = calls.pop(done)
+            try:
+                groups, final = ray.get(done)
+            except LOST as err:
+                schedulers.recover(domain, err)
+                calls[schedulers.next_groups(domain, self.step)] = domain
+                continue
+            finally:
+                self.wait_s += time.perf_counter() - start
+            schedulers.handed_over(domain, self.step, groups)
             ready.extend(groups)
             if final is None:
-                calls[self.schedulers[domain].next_groups.remote(self.step)] = domain
+                calls[schedulers.next_groups(domain, self.step)] = domain
             else:
+                schedulers.finished(domain, self.step)
                 self.metrics.update(final)
             while groups_per_batch and len(ready) >= groups_per_batch:
                 yield ready[:groups_per_batch]
@@ -58,7 +72,7 @@ class Rollout:
         return [g for part in self.stream(None) for g in part]
 
     def cancel(self) -> None:
-        ray.get([s.cancel_batch.remote(self.step) for s in self.schedulers.values()])
+        self.schedulers.cancel(self.domains, self.step)
 
 
 def by_domain(groups: list[Group]) -> dict[str, list[Group]]:

@@ -123,7 +123,7 @@ class SystemMonitor:
     @classmethod
     def for_pipeline(cls, pipeline) -> "SystemMonitor":
         judge = getattr(pipeline, "judge_server", None)
-        monitor = cls(pipeline_workers(pipeline.clusters, pipeline.schedulers),
+        monitor = cls(pipeline_workers(pipeline.clusters, pipeline.schedulers.actors),
                       {"judge_server": judge.process.pid} if judge is not None else None)
         monitor.sample(timeout_s=600)  # the CPU baseline, once every worker has started (loading models takes a while)
         return monitor
@@ -157,7 +157,8 @@ def pipeline_workers(clusters, schedulers: dict) -> dict[str, object]:
     """Every actor of a pipeline under its metric name: actor_train/0, actor_infer/0, reward/math/0, ..."""
     named: dict[str, object] = {}
     groups = {"actor_train": clusters.actor_train, "actor_infer": clusters.actor_infer,
-              "reference": clusters.reference, **{f"reward/{d}": c for d, c in clusters.rewards.items()}}
+              "reference": clusters.reference, "critic": getattr(clusters, "critic", None),
+              **{f"reward/{d}": c for d, c in clusters.rewards.items()}}
     for prefix, cluster in groups.items():
         if cluster is not None:
             for rank, w in enumerate(cluster.workers):

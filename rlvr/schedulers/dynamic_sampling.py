@@ -9,6 +9,11 @@ when all its rewards are in. Then the group filters decide (DAPO dynamic samplin
 - once the quota is met, requests still generating are aborted, and groups already being scored finish in the
   background and land in the carry-over buffer for the next step (at most `max_carry_staleness` steps old),
   instead of being thrown away.
+
+Faults (docs/faults.md): a request in flight on an actor_infer or reward actor that died is sent again once
+the actor is back (counted under `faults/<domain>/...`). When this actor itself dies, Ray restarts it and it
+refuses work until the driver has `restore`d it from the snapshot `start_batch` returned: the data position,
+the carry-over buffer, and the prompts consumed but not yet handed to the trainer (`pending`), which go first.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -30,8 +36,13 @@ from rlvr.data.types import Group, Prompt, Sample
 from rlvr.rollout.metrics import episode_metrics
 from rlvr.schedulers.group_filters import FilterSettings, drop_reason, load_user_filter
 from rlvr.workers.rewards.result import STATUSES, RewardResult
+from rlvr.workers.supervision import resend, was_restarted
 
 log = logging.getLogger(__name__)
+
+
+class SchedulerRestarted(RuntimeError):
+    """This scheduler actor was restarted after a crash and has not been restored yet (DomainSchedulers does)."""
 
 
 def sampling_from_config(cfg: Config, validation: bool = False) -> SamplingParams:
@@ -124,6 +135,7 @@ class DynamicSamplingScheduler:
         self.episodes = episodes
         self.train_prompts = train_prompts
         self.val_prompts = val_prompts[: cfg.validation.max_prompts_per_domain]
+        self.val_in_flight = cfg.generation.max_in_flight_per_worker * max(1, len(infer_workers))
         self.infer = infer_workers
         self.rewards = reward_workers
         self.rollout = cfg.rollout
@@ -148,12 +160,29 @@ class DynamicSamplingScheduler:
         self.runs: dict[int, StepRun] = {}  # started steps whose groups the trainer has not all taken yet
         self._background: set[asyncio.Task] = set()
         self._late: Counter[str] = Counter()  # outcomes of groups that finished after their step's quota
+        self.resend_patience_s = cfg.faults.restart_timeout_s if cfg.faults.max_restarts else 0.0
+        self.faults: Counter[str] = Counter()  # re-sent and lost requests since the last step's metrics
+        self.restored = not was_restarted()
+        # Prompts taken from the cursor whose group is in flight, or kept and not yet handed to the trainer, by
+        # group id: what a snapshot must give back if this actor dies. Restored ones go before the cursor.
+        self.pending: dict[str, Prompt] = {}
+        self._requeue: list[Prompt] = []
+        self._skip: set[str] = set()  # prompt uids the trainer already has (handed over since the snapshot)
 
     # ------------------------------------------------------------------ data cursor
     def _permutation(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.train_prompts))
 
     def _next_prompt(self) -> Prompt:
+        if self._requeue:
+            return self._requeue.pop(0)
+        while True:
+            prompt = self._cursor_prompt()
+            if prompt.uid not in self._skip:
+                return prompt
+            self._skip.discard(prompt.uid)
+
+    def _cursor_prompt(self) -> Prompt:
         if self.pos >= len(self._order):
             self.epoch, self.pos = self.epoch + 1, 0
             self._order = self._permutation(self.epoch)
@@ -165,6 +194,7 @@ class DynamicSamplingScheduler:
         """Cursor and carry-over buffer (finished groups); groups still being scored are not part of it. A step
         started but not yet trained (one-step off-policy) is saved as not started: its prompts and the carried
         groups it took come back on resume."""
+        self._check_restored()
         epoch, pos = min([(self.epoch, self.pos)] + [r.cursor for r in self.runs.values()])
         pending = [c for r in sorted(self.runs.values(), key=lambda r: r.step) for c in r.carried]
         return {"epoch": epoch, "pos": pos, "buffer": pending + list(self.buffer)}
@@ -173,22 +203,52 @@ class DynamicSamplingScheduler:
         self.epoch, self.pos = state["epoch"], state["pos"]
         self._order = self._permutation(self.epoch)
         self.buffer = list(state.get("buffer", []))
+        self.restored = True
+
+    def snapshot(self) -> dict[str, Any]:
+        """Where this scheduler stands now, for `restore` after a crash (the driver keeps it)."""
+        return {"epoch": self.epoch, "pos": self.pos, "buffer": list(self.buffer),
+                "pending": list(self.pending.values())}
+
+    def restore(self, snapshot: dict[str, Any], handed_over: list[str]) -> dict[str, int]:
+        """Back to `snapshot`, except the prompts the trainer got since (uids in `handed_over`): nothing lost,
+        nothing twice. Returns what was given back, for the fault counters."""
+        done = set(handed_over)
+        self.load_state_dict({**snapshot, "buffer": [c for c in snapshot["buffer"] if c.group.prompt.uid not in done]})
+        self._requeue = [p for p in snapshot["pending"] if p.uid not in done]
+        self._skip = done - {c.group.prompt.uid for c in snapshot["buffer"]} - {p.uid for p in snapshot["pending"]}
+        return {"requeued": len(self._requeue), "buffer": len(self.buffer), "skipped": len(self._skip)}
+
+    async def health(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "restored": self.restored, "steps": sorted(self.runs)}
+
+    def _check_restored(self) -> None:
+        if not self.restored:
+            raise SchedulerRestarted(f"{self.domain}: the scheduler was restarted and awaits its state")
 
     # ------------------------------------------------------------------ one prompt
     async def _run_group(self, prompt: Prompt, n: int, sampling: SamplingParams, version: int, request_id: str,
                          phase: dict | None = None, run: StepRun | None = None, lane: str = "train") -> Group:
-        worker = self.infer[self._rr_infer % len(self.infer)]
+        first = self._rr_infer
         self._rr_infer += 1
-        if phase is not None:
-            phase.update(state="generating", worker=worker)
-        if self.episodes is not None:
+        if self.episodes is not None:  # an episode is not re-sent: a dead worker ends it as a failed sample
+            worker = self.infer[first % len(self.infer)]
+            if phase is not None:
+                phase.update(state="generating", worker=worker)
             try:
                 return await self.episodes.run_group(worker, prompt, n, sampling, version, request_id, phase)
             finally:
                 if run is not None and phase is not None and phase.get("initial"):
                     run.initial_generated()
+
+        async def send(attempt: int) -> list:
+            worker = self.infer[(first + attempt) % len(self.infer)]  # a re-send goes to the next worker
+            if phase is not None:
+                phase.update(state="generating", worker=worker)
+            return await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
+
         try:
-            gens = await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
+            gens = await resend(send, self.resend_patience_s, lambda err: self._fault("generate_resent", err))
         finally:
             if run is not None and phase is not None and phase.get("initial"):
                 run.initial_generated()
@@ -218,14 +278,19 @@ class DynamicSamplingScheduler:
         return replace(result, reward=result.reward + penalty, parts={**result.parts, "overlong": penalty})
 
     async def _score(self, sample: Sample, lane: str = "train", run: StepRun | None = None) -> RewardResult:
-        worker = self.rewards[self._rr_reward % len(self.rewards)]
+        first = self._rr_reward
         self._rr_reward += 1
         light = replace(sample, prompt=replace(sample.prompt, prompt_ids=[]))  # rewards never need the ids
         if run is not None:
             run.reward_sent()
+
+        async def send(attempt: int) -> RewardResult:
+            return await self.rewards[(first + attempt) % len(self.rewards)].score.remote(light, lane)
+
         try:
-            return await worker.score.remote(light, lane)
+            return await resend(send, self.resend_patience_s, lambda err: self._fault("score_resent", err))
         except Exception as err:  # the reward actor itself failed: count it, never lose the sample silently
+            self.faults["score_failed"] += 1
             log.warning("reward actor failed for %s: %s", sample.group_id, err)
             return RewardResult.failed("error", f"reward actor failure: {type(err).__name__}: {err}")
         finally:
@@ -233,9 +298,12 @@ class DynamicSamplingScheduler:
                 run.reward_landed()
 
     # ------------------------------------------------------------------ one step, streamed
-    async def start_batch(self, n_groups: int, step: int, version: int) -> None:
+    async def start_batch(self, n_groups: int, step: int, version: int) -> dict[str, Any]:
         """Starts collecting up to `n_groups` kept groups for `step` (fewer only when refill rounds run out).
-        Returns at once; `next_groups` hands them over as they complete. Several steps may be in flight."""
+        Returns at once, with the snapshot from before it took anything; `next_groups` hands the groups over
+        as they complete. Several steps may be in flight."""
+        self._check_restored()
+        snapshot = self.snapshot()
         if step in self.runs:
             raise RuntimeError(f"{self.domain}: step {step} already started")
         # Groups that finished after the previous quota are counted in the step in which they land.
@@ -245,16 +313,21 @@ class DynamicSamplingScheduler:
         run.carried = self._take_carried(run)
         for c in run.carried:
             run.keep(c.group)
+            self.pending[c.group.group_id] = c.group.prompt
         run.task = asyncio.create_task(self._collect(run, version))
+        return snapshot
 
     async def next_groups(self, step: int) -> tuple[list[Group], dict[str, float] | None]:
         """Kept groups of `step` that completed since the last call (waits for at least one, or for the end).
         The second element is None while the step goes on, and the step's metrics once it is over."""
+        self._check_restored()
         run = self.runs[step]
         items = [await run.ready.get()]
         while not run.ready.empty():
             items.append(run.ready.get_nowait())
         groups = [x for x in items if isinstance(x, Group)]
+        for g in groups:
+            self.pending.pop(g.group_id, None)
         final = next((x for x in items if isinstance(x, BaseException | dict)), None)
         if isinstance(final, BaseException):
             del self.runs[step]
@@ -266,6 +339,7 @@ class DynamicSamplingScheduler:
     async def wait_generated(self, step: int) -> None:
         """Returns once every group launched at the start of `step` has finished generating (its rewards may
         still be in flight): what a colocated trainer waits for before it takes the cores back."""
+        self._check_restored()
         run = self.runs.get(step)
         if run is not None:
             await run.generated.wait()
@@ -311,6 +385,7 @@ class DynamicSamplingScheduler:
                 # Named by the step and the launch count within it: an id (and so its sampling seed) that a
                 # resumed or repeated run gives the same prompt again.
                 request_id = f"s{step}:{run.launched}:{prompt.uid}"
+                self.pending[request_id] = prompt
                 task = asyncio.create_task(self._run_group(prompt, self.group_size, self.sampling, version,
                                                            request_id, phase, run))
                 phase["request_id"] = request_id
@@ -327,8 +402,10 @@ class DynamicSamplingScheduler:
             while len(run.kept) < run.n_groups and tasks:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    round_, _phase = tasks.pop(task)
+                    round_, phase = tasks.pop(task)
                     group = self._finished(task, run.counters)
+                    if group is None or len(run.kept) >= run.n_groups:  # dropped, failed, or to the buffer
+                        self.pending.pop(phase["request_id"], None)
                     if group is not None and len(run.kept) < run.n_groups:
                         run.keep(group)
                     elif group is not None:
@@ -373,19 +450,25 @@ class DynamicSamplingScheduler:
         for task, (_, phase) in tasks.items():
             if phase.get("state") == "scoring" and self.rollout.carry_over:
                 self._background.add(task)
-                task.add_done_callback(lambda t, s=run.step: self._landed(t, s))
+                task.add_done_callback(lambda t, s=run.step, r=phase["request_id"]: self._landed(t, s, r))
                 run.counters["finishing_late"] += 1
             else:
                 # an episode has one live request per trajectory (one per turn, over time)
                 aborting.setdefault(phase.get("worker"), []).extend(phase.get("live_requests") or
                                                                     [phase["request_id"]])
+                self.pending.pop(phase["request_id"], None)
                 task.cancel()
                 run.counters["aborted"] += 1
         run.generated.set()  # nothing more of this step will generate
-        await asyncio.gather(*(w.abort.remote(ids) for w, ids in aborting.items() if w is not None))
+        aborts = await asyncio.gather(*(w.abort.remote(ids) for w, ids in aborting.items() if w is not None),
+                                      return_exceptions=True)
+        for err in aborts:  # a worker that died took its requests with it: nothing left to abort there
+            if isinstance(err, Exception):
+                self._fault("abort_failed", err)
 
-    def _landed(self, task: asyncio.Task, step: int) -> None:
+    def _landed(self, task: asyncio.Task, step: int, request_id: str) -> None:
         self._background.discard(task)
+        self.pending.pop(request_id, None)
         if task.cancelled() or task.exception() is not None:
             self._late["generation_errors"] += 1
             return
@@ -427,17 +510,40 @@ class DynamicSamplingScheduler:
         metrics[f"{d}scheduler/buffer_size"] = float(len(self.buffer))
         metrics[f"{d}scheduler/epoch"] = float(self.epoch)
         metrics[f"{d}timing/reward_span"] = run.reward_span()
+        metrics.update({f"faults/{self.domain}/{k}": float(v) for k, v in self.faults.items()})
+        self.faults.clear()
         return metrics
 
     def __repr__(self) -> str:  # names the actor in its log file and console lines
         return f"Scheduler[{self.domain}]"
 
+    def _fault(self, what: str, err: BaseException) -> None:
+        self.faults[what] += 1
+        log.warning("%s: %s after a worker fault: %s", self.domain, what.replace("_", " "), err)
+
     # ------------------------------------------------------------------ validation and reward metrics
     async def validate(self, version: int) -> tuple[dict[str, float], dict[str, int], list[dict]]:
-        """One response per validation prompt. Returns (metrics, counts for the all-domain mean, examples)."""
-        tasks = [self._run_group(p, 1, self.val_sampling, version, f"val{version}:{i}:{p.uid}", lane="val")
-                 for i, p in enumerate(self.val_prompts)]
-        samples = [g.samples[0] for g in await asyncio.gather(*tasks)]
+        """One response per validation prompt. Returns (metrics, counts for the all-domain mean, examples).
+        At most as many prompts are in flight as the inference workers admit (a fixed set of lanes takes them in
+        turn, so a validation set of any size costs no more tasks); a prompt whose generation failed is counted
+        under val/<domain>/generation_errors, never dropped silently."""
+        todo = iter(enumerate(self.val_prompts))
+        done: list[tuple[int, Sample]] = []
+        failed = 0
+
+        async def lane() -> None:
+            nonlocal failed
+            for i, p in todo:
+                try:
+                    group = await self._run_group(p, 1, self.val_sampling, version, f"val{version}:{i}:{p.uid}",
+                                                  lane="val")
+                    done.append((i, group.samples[0]))
+                except Exception as err:  # the generation itself failed, after any re-sends
+                    log.warning("%s: validation of %s failed: %r", self.domain, p.uid, err)
+                    failed += 1
+
+        await asyncio.gather(*(lane() for _ in range(min(self.val_in_flight, len(self.val_prompts)))))
+        samples = [s for _, s in sorted(done, key=lambda x: x[0])]  # data order, whatever finished first
         scored = [s for s in samples if s.scored_ok and s.reward.correct is not None]
         n_correct = sum(bool(s.reward.correct) for s in scored)
         metrics = sample_metrics(f"val/{self.domain}/", samples)
@@ -445,22 +551,28 @@ class DynamicSamplingScheduler:
         metrics.pop(f"val/{self.domain}/correct/mean", None)  # reported as val_correct/<domain>/mean instead
         if scored:
             metrics[f"val_correct/{self.domain}/mean"] = n_correct / len(scored)
+        if failed:
+            metrics[f"val/{self.domain}/generation_errors"] = float(failed)
         examples = [{"domain": self.domain, "prompt": s.prompt.uid, "question": _question(s.prompt),
                      "response": s.response_text,
                      "ground_truth": str(s.prompt.ground_truth), "reward": s.reward.reward if s.reward else None,
                      "correct": s.reward.correct if s.reward else None, "status": s.reward.status if s.reward else None,
                      "info": s.reward.info if s.reward else ""}
                     for s in samples]
-        return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples)}, examples
+        return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples) + failed}, examples
 
     async def reward_worker_metrics(self) -> dict[str, float]:
-        per_worker = await asyncio.gather(*(w.metrics.remote() for w in self.rewards))
+        per_worker = await asyncio.gather(*(w.metrics.remote() for w in self.rewards), return_exceptions=True)
         out: dict[str, float] = {}
         for m in per_worker:
+            if isinstance(m, Exception):  # a reward actor that died: its counters went with it
+                self._fault("reward_metrics_lost", m)
+                continue
             for k, v in m.items():
                 if k.startswith("status/"):
                     continue  # status counts come from this step's samples (sample_metrics), not the lifetime
-                key = f"{self.domain}/reward/{k}"
+                name = k.removeprefix("faults/")
+                key = f"faults/{self.domain}/{name}" if name != k else f"{self.domain}/reward/{k}"
                 # Latency percentiles do not add up across workers: report the worst worker's (conservative).
                 combine = max if (k.startswith("latency/") or k.endswith("_peak")) else (lambda a, b: a + b)
                 out[key] = combine(out[key], v) if key in out else v

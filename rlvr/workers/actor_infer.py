@@ -2,6 +2,10 @@
 
 Admission is per inference worker and shared by every domain's scheduler: at most `max_in_flight_per_worker`
 requests are inside the engine at once, the rest wait here (and can be aborted while waiting).
+
+A worker that Ray restarted after a crash comes back with the initial weights: it serves nothing until the
+driver's supervisor has pushed the current ones (`health()` says `needs_weights`), so no sample is ever generated
+by a policy the trainer has left behind.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch
 from rlvr.backends.hf_engine import HFEngine, SamplingParams
 from rlvr.config import Config
 from rlvr.data.types import Generation
+from rlvr.workers.supervision import was_restarted
 
 
 def build_engine(cfg: Config, model_path: str, seed: int):
@@ -42,9 +47,12 @@ class ActorInferWorker:
         # that happened to serve it.
         self.engine = build_engine(cfg, model_path, seed=cfg.run.seed + 1000)
         self.admission = Admission(cfg.generation.max_in_flight_per_worker)
+        self.restarted = was_restarted()
+        self.weights = WeightsGate(ready=not self.restarted, timeout_s=cfg.faults.restart_timeout_s)
 
     async def generate(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
                        request_id: str | None = None) -> list[Generation]:
+        await self.weights.wait()
         if not await self.admission.acquire(request_id):  # aborted while waiting for admission
             return [Generation([], "", "abort") for _ in range(n)]
         try:
@@ -61,7 +69,17 @@ class ActorInferWorker:
                 "waiting": len(self.admission.waiting)}
 
     async def load_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
+        """Versions only move forward: a late push of older weights (a restart racing a sync) is ignored."""
+        if self.weights.ready and version < self.engine.policy_version():
+            return
         await self.engine.load_weights(named_tensors, version)
+        self.weights.loaded()
+
+    async def health(self) -> dict[str, object]:
+        """For the driver's supervisor and for tests that inject faults: this process, and whether it was
+        restarted and still waits for the current weights."""
+        return {"pid": os.getpid(), "restarted": self.restarted, "needs_weights": not self.weights.ready,
+                "version": self.engine.policy_version(), "in_flight": self.admission.in_flight}
 
     async def policy_version(self) -> int:
         return self.engine.policy_version()
@@ -83,6 +101,34 @@ class ActorInferWorker:
         shutdown = getattr(self.engine, "shutdown", None)
         if shutdown is not None:
             shutdown()
+
+
+class WeightsGate:
+    """Holds requests back until the worker has weights to serve them with (after a restart)."""
+
+    def __init__(self, ready: bool, timeout_s: float):
+        self.ready = ready
+        self.timeout_s = timeout_s
+        self._event: asyncio.Event | None = None  # made on the actor's event loop, at first use
+
+    async def wait(self) -> None:
+        if self.ready:
+            return
+        try:
+            await asyncio.wait_for(self._get_event().wait(), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"restarted actor_infer worker got no weights within {self.timeout_s:g}s "
+                               "(faults.restart_timeout_s)") from None
+
+    def loaded(self) -> None:
+        self.ready = True
+        if self._event is not None:
+            self._event.set()
+
+    def _get_event(self) -> asyncio.Event:
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
 
 
 class Admission:

@@ -6,28 +6,35 @@ from typing import Any
 
 import ray
 
+from rlvr.workers.supervision import Waiter
+
 
 class Cluster:
     def __init__(self, name: str, worker_cls: type, world_size: int, *args: Any,
                  num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None,
-                 rendezvous: bool = False, **kwargs: Any):
+                 rendezvous: bool = False, max_restarts: int = 0, waiter: Waiter | None = None, **kwargs: Any):
         """rendezvous=True: the workers form one process group. Each gets `rank` and `world_size`; rank 0 picks
         an address and a free port on its own node (`rendezvous_address()`), and every rank joins through it in
-        `setup(master_addr, master_port)`, called on all ranks at once (joining blocks until all have come)."""
+        `setup(master_addr, master_port)`, called on all ranks at once (joining blocks until all have come).
+        max_restarts: Ray restarts a worker that dies this many times (its constructor runs again); calls in
+        flight at its death fail, later ones wait for it. Every wait of `gather` and friends goes through `waiter`
+        (a deadline, and supervision while waiting)."""
         # num_cpus=0 by default: workers of different phases take turns on the same cores, and Ray must not
         # refuse to place them on a 2-core machine; the torch thread count is set inside each worker.
-        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+        options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts}
         if max_concurrency is not None:
             options["max_concurrency"] = max_concurrency
         remote_cls = ray.remote(worker_cls)
         self.name = name
+        self.waiter = waiter or Waiter()
         if rendezvous:
             kwargs = {**kwargs, "world_size": world_size}
         self.workers = [remote_cls.options(**options).remote(*args, rank=rank, **kwargs)
                         for rank in range(world_size)]
         if rendezvous:
-            master_addr, master_port = ray.get(self.workers[0].rendezvous_address.remote())
-            ray.get([w.setup.remote(master_addr, master_port) for w in self.workers])
+            master_addr, master_port = self.waiter.get(self.workers[0].rendezvous_address.remote(),
+                                                       f"{name}: rendezvous address")
+            self.waiter.get([w.setup.remote(master_addr, master_port) for w in self.workers], f"{name}: setup")
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -37,10 +44,10 @@ class Cluster:
         return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
 
     def gather(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return ray.get(self.call(method, *args, **kwargs))
+        return self.waiter.get(self.call(method, *args, **kwargs), f"{self.name}.{method}")
 
     def first(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray.get(getattr(self.workers[0], method).remote(*args, **kwargs))
+        return self.waiter.get(getattr(self.workers[0], method).remote(*args, **kwargs), f"{self.name}.{method}")
 
     def collective(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The same call on every worker, which take part together in the collectives inside it (ZeRO

@@ -6,6 +6,7 @@ import asyncio
 import random
 
 from rlvr.workers.rewards.base import RewardWorker
+from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.result import RewardResult
 
 
@@ -32,3 +33,15 @@ class LatencyRewardForTest(RewardWorker):
     async def score(self, sample) -> RewardResult:
         await asyncio.sleep(self.rng.random() * self.max_latency_s)
         return RewardResult(reward=float(len(sample.response_ids) % 2), correct=None)
+
+
+class AnyVerdictJudgeForTest(LLMJudgeRewardWorker):
+    """The real LLM-judge worker (its HTTP client, retries and errors), except that a reply its parser cannot
+    read scores 0 instead of "invalid": a tiny random judge model never says YES or NO, and tests about the
+    judge server's faults need kept groups, not verdicts."""
+
+    async def score(self, sample) -> RewardResult:
+        result = await super().score(sample)
+        if result.status == "invalid":
+            return RewardResult(reward=0.0, correct=False, info=f"unread verdict: {result.info}"[:300])
+        return result

@@ -148,8 +148,12 @@ def test_bad_extension_and_missing_file(tmp_path):
 def test_unreadable_file_is_a_data_error(tmp_path):
     path = tmp_path / "broken.jsonl"
     path.write_text('{"domain": "arithmetic", \n')
-    with pytest.raises(DataError, match=r"broken\.jsonl: could not read as json"):
+    with pytest.raises(DataError, match=r"broken\.jsonl:0: line 1 is not valid JSON"):
         load_rows(path)
+    other = tmp_path / "broken.json"
+    other.write_text('{"domain": "arithmetic", \n')
+    with pytest.raises(DataError, match=r"broken\.json: could not read as json"):
+        load_rows(other)
 
 
 def test_mixed_type_answer_column_is_an_error_not_a_silent_reparse(tmp_path):

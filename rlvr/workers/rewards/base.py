@@ -124,6 +124,11 @@ class RewardWorker:
         self._retries = 0
         self._in_flight_peak = self._in_flight
 
+    def health(self) -> dict[str, Any]:
+        """What the worker runs besides its own process (e.g. {"sandbox_pid": ...} of a server it started), for
+        supervision and fault-injection tests; {} for a worker that runs nothing."""
+        return {}
+
     def close(self) -> None:
         """Releases what the worker holds; subclasses that own pools close them and call super().close()."""
         if self._threads is not None:

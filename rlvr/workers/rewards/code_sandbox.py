@@ -13,19 +13,27 @@ A response without a code block is a legitimate 0 (status ok, info "no code bloc
 times out or prints garbage fails its tests (status ok, reward from the passes). What is not the program's
 fault raises, so the base class reports it (status error, counted, masked out of the loss): an unreachable
 sandbox server (TransientRewardError: retried), a sandbox that cannot start programs, a malformed test spec.
+
+A sandbox server this worker started itself (`sandbox="http"` without a `url`) and that dies is started again,
+by a watcher thread or by the first call that finds it gone, whichever comes first (at most `server_restarts`
+times; counted as `faults/sandbox_restarts`); calls that failed meanwhile are retried by the base class against
+the new server.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any, Literal
 
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker, TransientRewardError
 from rlvr.workers.rewards.code_extract import LANGUAGE_TAGS, extract_code
 from rlvr.workers.rewards.result import RewardResult
-from sandbox.client import HTTPSandboxClient, LocalSandboxClient, SandboxConnectionError, start_local_server
+from sandbox.client import HTTPSandboxClient, LocalSandboxClient, LocalSandboxServer, SandboxConnectionError
 from sandbox.testing import run_tests
 from sandbox.types import Limits
 
+logger = logging.getLogger(__name__)
 SandboxKind = Literal["local", "http"]
 RewardMode = Literal["pass_fraction", "all_pass"]
 
@@ -46,6 +54,7 @@ class CodeSandboxRewardWorker(RewardWorker):
         reward_mode: RewardMode = "pass_fraction",
         language: str = "python",
         run_limits: dict[str, Any] | None = None,
+        server_restarts: int = 3,
     ) -> None:
         super().__init__(domain, limits)
         if sandbox not in ("local", "http"):
@@ -59,12 +68,14 @@ class CodeSandboxRewardWorker(RewardWorker):
         self.reward_mode = reward_mode
         self.language = language
         self.run_limits = Limits.from_dict(run_limits)
-        self._stop_server = None
+        self._server: LocalSandboxServer | None = None
         if sandbox == "local":
             self._client = LocalSandboxClient(max_parallel=max_parallel)
         else:
             if url is None:
-                url, self._stop_server = start_local_server(max_parallel=max_parallel)
+                self._server = LocalSandboxServer(max_parallel=max_parallel, max_restarts=server_restarts,
+                                                  on_restart=self._server_moved)
+                url = self._server.start()
             # The HTTP deadline is the base class's per-attempt deadline: a slow queue is a timeout, not a hang.
             self._client = HTTPSandboxClient(url, timeout_s=self.limits.timeout_s)
         self.url = url
@@ -78,6 +89,7 @@ class CodeSandboxRewardWorker(RewardWorker):
         try:
             report = await run_tests(self._client, code, sample.prompt.ground_truth, language, self.run_limits)
         except SandboxConnectionError as e:
+            await self._recover_server()
             raise TransientRewardError(str(e)) from e
         correct = report.all_passed
         reward = report.pass_frac if self.reward_mode == "pass_fraction" else float(correct)
@@ -88,8 +100,41 @@ class CodeSandboxRewardWorker(RewardWorker):
             info=f"{sum(report.passed)}/{report.total} passed; {report.info}"[:500],
         )
 
+    async def _recover_server(self) -> None:
+        """Our own server died: start it again now, or wait for the watcher doing so (shielded from the caller's
+        deadline, so that a slow start is never left half done). Out of restarts, calls fail: status error,
+        counted."""
+        server = self._server
+        if server is None or server.alive():
+            return
+        await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, server.ensure_running))
+
+    def _server_moved(self, url: str) -> None:
+        logger.warning("sandbox server restarted at %s", url)
+        self._client.url = self.url = url
+
+    def health(self) -> dict[str, Any]:
+        if self._server is None:
+            return {}
+        return {"sandbox_pid": self._server.pid, "sandbox_alive": self._server.alive(),
+                "sandbox_restarts": self._server.restarts}
+
+    def metrics(self) -> dict[str, float]:
+        out = super().metrics()
+        if new := self._sandbox_restarts() - self._restarts_reported:
+            out["faults/sandbox_restarts"] = float(new)
+        return out
+
+    def reset_metrics(self) -> None:
+        super().reset_metrics()
+        self._restarts_reported = self._sandbox_restarts()
+
+    def _sandbox_restarts(self) -> int:
+        server = getattr(self, "_server", None)  # reset_metrics runs in the base constructor, before it is set
+        return server.restarts if server is not None else 0
+
     def close(self) -> None:
-        if self._stop_server is not None:
-            self._stop_server()
-            self._stop_server = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
         super().close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rlvr.config import ConfigError, RewardConfig, import_class
 from rlvr.data.types import Sample
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
@@ -41,6 +43,15 @@ class RewardActor:
 
     def __repr__(self) -> str:  # names the worker in its log file and console lines
         return f"RewardActor[{self.domain}]"
+
+    async def health(self) -> dict[str, object]:
+        """This process and what the worker runs besides it (pids of servers it owns), for supervision and for
+        tests that inject faults."""
+        return {"pid": os.getpid(), **self.worker.health()}
+
+    async def set_base_url(self, url: str) -> None:
+        """A restarted server answers at a new address (the local judge server): the worker's client follows."""
+        self.worker.base_url = url
 
     async def close(self) -> None:
         self.worker.close()

@@ -1,0 +1,175 @@
+"""Calls to Ray actors that may die: deadlines on the driver's waits, and requests sent again to a restarted worker.
+
+Two rules (docs/faults.md):
+
+- Never a hang. Every wait of the driver goes through a `Waiter`: `waiter.get(refs, "what")` is `ray.get` with a
+  deadline (`faults.wait_timeout_s`); past it a `DeadlineExceeded` names what was waited for. While it waits, the
+  waiter calls its `tick` every `faults.poll_s` seconds: that is where the driver's supervisor brings restarted
+  workers and dead servers back (rlvr/pipeline/faults.py), so recovery happens while the step goes on.
+- Nothing lost. A call in flight on an actor that dies fails with `RayActorError`; Ray restarts the actor
+  (`faults.max_restarts`). `resend` sends the call again until it gets through, pausing while the actor
+  restarts, for up to `faults.restart_timeout_s`; it counts the request once. Past that the error goes to the
+  caller, who counts the loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+
+class DeadlineExceeded(TimeoutError):
+    """A wait of the driver ran past its deadline; the message names what was waited for and the config key."""
+
+
+class WorkerFault(RuntimeError):
+    """A worker or server died and could not be brought back (restarts or re-sends used up)."""
+
+
+def was_restarted() -> bool:
+    """True in an actor that Ray brought back after it died (False outside Ray)."""
+    if not ray.is_initialized():  # get_runtime_context() would start a Ray cluster
+        return False
+    try:
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # not in a Ray actor
+        return False
+
+
+def is_worker_death(err: BaseException) -> bool:
+    """The actor that ran the call died (or is restarting): `ActorDiedError`, `ActorUnavailableError`."""
+    return isinstance(err, RayActorError)
+
+
+class Waiter:
+    """`ray.get` / `ray.wait` with a deadline, ticking a supervisor while it waits."""
+
+    def __init__(self, timeout_s: float = 3600.0, poll_s: float = 1.0, key: str = "faults.wait_timeout_s"):
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self.key = key
+        self.tick: Callable[[], None] | None = None
+        self.describe: Callable[[], str] | None = None  # what the supervisor sees, added to a deadline's error
+        self._ticking = False
+
+    @classmethod
+    def from_config(cls, faults) -> "Waiter":
+        return cls(faults.wait_timeout_s, faults.poll_s)
+
+    def get(self, refs: ray.ObjectRef | Sequence[ray.ObjectRef], what: str, timeout_s: float | None = None) -> Any:
+        """The results of `refs` (one ref or a list), as `ray.get`; raises DeadlineExceeded after the deadline, and
+        a call's own error (e.g. RayActorError) once every call has finished."""
+        single = isinstance(refs, ray.ObjectRef)
+        pending = [refs] if single else list(refs)
+        total = len(pending)
+        deadline = self._deadline(timeout_s)
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=self._slice(deadline))
+            if pending:
+                self._after_slice(deadline, what, f"{len(pending)} of {total} calls still running", timeout_s)
+        out = ray.get([refs] if single else list(refs))
+        return out[0] if single else out
+
+    def first(self, refs: Sequence[ray.ObjectRef], what: str, timeout_s: float | None = None) -> ray.ObjectRef:
+        """The first of `refs` to finish (its result or its error is then ready for `ray.get`)."""
+        deadline = self._deadline(timeout_s)
+        while True:
+            done, _ = ray.wait(list(refs), num_returns=1, timeout=self._slice(deadline))
+            if done:
+                return done[0]
+            self._after_slice(deadline, what, f"none of {len(refs)} calls finished", timeout_s)
+
+    def pause(self, seconds: float) -> None:
+        """Sleeps while ticking (a driver-side back-off that keeps supervising)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, self.poll_s))
+            self.run_tick()
+
+    def run_tick(self) -> None:
+        """One supervision round; not re-entered from inside itself (a tick that waits ticks nothing)."""
+        if self.tick is None or self._ticking:
+            return
+        self._ticking = True
+        try:
+            self.tick()
+        finally:
+            self._ticking = False
+
+    def _deadline(self, timeout_s: float | None) -> float:
+        return time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+
+    def _slice(self, deadline: float) -> float:
+        return max(0.0, min(self.poll_s, deadline - time.monotonic()))
+
+    def _after_slice(self, deadline: float, what: str, state: str, timeout_s: float | None) -> None:
+        if time.monotonic() >= deadline:
+            limit = self.timeout_s if timeout_s is None else timeout_s
+            where = self.key if timeout_s is None else "its own deadline"
+            seen = self.describe() if self.describe is not None else ""
+            raise DeadlineExceeded(f"{what}: no result within {limit:g}s ({where}); {state}"
+                                   + (f"; not answering: {seen}" if seen else ""))
+        self.run_tick()
+
+
+def backoff_s(attempt: int) -> float:
+    """Pause before re-send `attempt` (1, 2, ...) to a worker that is restarting: 0.1 s doubling up to 2 s."""
+    return min(2.0, 0.05 * 2**attempt)
+
+
+async def resend(send: Callable[[int], Awaitable[Any]], patience_s: float,
+                 on_resend: Callable[[BaseException], None]) -> Any:
+    """`await send(attempt)` for attempt 0, 1, ...: a call whose actor died is sent again (to the restarted actor,
+    or whichever `send` picks for that attempt), pausing while Ray restarts it, for up to `patience_s` after the
+    first failure; `on_resend` counts the request once. Calls rejected during the restart are not counted
+    apart: what matters is whether the request got through."""
+    attempt, first = 0, None
+    while True:
+        try:
+            return await send(attempt)
+        except RayActorError as err:
+            now = time.monotonic()
+            if first is None:
+                first = now
+                on_resend(err)
+            elif now - first > patience_s:
+                raise
+            attempt += 1
+            await asyncio.sleep(backoff_s(attempt))
+
+
+def call_resent(waiter: Waiter, send: Callable[[], ray.ObjectRef], what: str, patience_s: float,
+                on_resend: Callable[[BaseException], None] | None = None, first_ref: ray.ObjectRef | None = None) -> Any:
+    """The driver's form of `resend`: waits with `waiter` (deadline, supervision), pauses while ticking."""
+    attempt, first = 0, None
+    ref = first_ref if first_ref is not None else send()
+    while True:
+        try:
+            return waiter.get(ref, what)
+        except RayActorError as err:
+            now = time.monotonic()
+            if first is None:
+                first = now
+                if on_resend is not None:
+                    on_resend(err)
+            elif now - first > patience_s:
+                raise WorkerFault(f"{what}: the worker died and was not back within {patience_s:g}s "
+                                  f"(faults.restart_timeout_s): {err}") from err
+            attempt += 1
+            waiter.pause(backoff_s(attempt))
+            ref = send()
+
+
+def gather_resent(waiter: Waiter, workers: Sequence[Any], method: str, args: tuple, what: str, patience_s: float,
+                  on_resend: Callable[[int, BaseException], None] | None = None) -> list[Any]:
+    """The same call on every worker from the driver, sent at once; a call whose worker died is sent again once
+    it is back (see `call_resent`)."""
+    refs = [getattr(w, method).remote(*args) for w in workers]
+    return [call_resent(waiter, lambda w=w: getattr(w, method).remote(*args), f"{what} (worker {i})", patience_s,
+                        None if on_resend is None else (lambda err, i=i: on_resend(i, err)), first_ref=ref)
+            for i, (w, ref) in enumerate(zip(workers, refs))]
