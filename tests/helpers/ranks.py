@@ -11,6 +11,17 @@ import pytest
 import torch
 
 
+def _rank_then_leave(rank: int, fn: Callable, *args) -> None:
+    """A rank that exits with its gloo group up can abort in gloo's thread teardown (SIGABRT, "terminate called
+    without an active exception"; tests/integration/test_dist_exit.py): every rank leaves the group first."""
+    from rlvr.backends import dist as rdist
+
+    try:
+        fn(rank, *args)
+    finally:
+        rdist.destroy_process_group()
+
+
 def spawn_ranks(fn: Callable, world_size: int, args: tuple, timeout_s: float = 900) -> None:
     """Runs fn(rank, world_size, port, *args) in `world_size` spawned processes joined through a free port; fails
     the test (and kills them) past the timeout. Results travel through files the ranks write."""
@@ -20,8 +31,8 @@ def spawn_ranks(fn: Callable, world_size: int, args: tuple, timeout_s: float = 9
 
     if not torch.cuda.is_available():
         os.environ["DS_ACCELERATOR"] = "cpu"  # inherited by the spawned processes
-    ctx = mp.start_processes(fn, args=(world_size, free_port(), *args), nprocs=world_size, start_method="spawn",
-                             join=False)
+    ctx = mp.start_processes(_rank_then_leave, args=(fn, world_size, free_port(), *args), nprocs=world_size,
+                             start_method="spawn", join=False)
     deadline = time.time() + timeout_s
     while not ctx.join(timeout=5):
         if time.time() > deadline:

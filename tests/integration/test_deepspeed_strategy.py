@@ -79,15 +79,7 @@ JOBS = [  # name, ZeRO stage, bf16, micro-batch size, rows, round trip
 
 # ---------------------------------------------------------------------------------------------- rank processes
 def _rank_main(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
-    from rlvr.backends import dist as rdist
-
-    try:
-        _run_jobs(rank, world_size, port, model_dir, out_dir)
-    finally:  # a rank that exits with its gloo group up can abort at interpreter exit (see destroy_process_group)
-        rdist.destroy_process_group()
-
-
-def _run_jobs(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
+    # spawn_ranks leaves the process group after it (a rank exiting with gloo up can abort: test_dist_exit.py)
     from rlvr.backends.deepspeed_strategy import DeepSpeedStrategy
 
     loss_fn = make_loss_fn()
