@@ -171,7 +171,7 @@ class BwrapBackend:
         if not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
             # uvloop (the loop of Ray's async actors) refuses subprocess_exec(user=, group=), which runs as root
             # need: the run goes to a stock asyncio loop in a thread of its own.
-            return await asyncio.to_thread(_run_blocking, self.run(request))
+            return await asyncio.to_thread(_run_on_stock_loop, self.run(request))
         if self._bwrap is None or self._prlimit is None:
             return RunResult("sandbox_error", stderr=self.available()[1])
         async with self._limiter:
@@ -537,6 +537,17 @@ def _count_tasks_of(uid: int) -> int:
         except (OSError, ValueError, IndexError):
             continue
     return total
+
+
+def _run_on_stock_loop(coro):
+    """Runs a coroutine on a new stock asyncio loop in this thread. The process's loop policy is uvloop's in a Ray
+    async actor: asyncio.run would make a uvloop loop again (and the run would come back here, thread after
+    thread, until the process is out of file descriptors), and a stock loop under that policy has no child
+    watcher for its subprocesses. So the policy becomes the stock one, once, for the whole process; loops
+    already running (the actor's) keep running."""
+    if type(asyncio.get_event_loop_policy()) is not asyncio.DefaultEventLoopPolicy:
+        asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+    return asyncio.run(coro)
 
 
 def _run_blocking(coro):

@@ -91,18 +91,20 @@ def _wandb_init(cfg: TrackersConfig, run_dir: Path, run_name: str, config: dict[
     mode = wandb_mode(cfg.wandb_mode)
     # Offline data reaches the run's .wandb file every second (W&B's default: 15 s), so a killed run loses at
     # most its last second of W&B history; metrics.jsonl holds everything.
-    settings = wandb.Settings(silent=True, console="off", x_transaction_log_flush_interval=1.0)
-    common = dict(project=cfg.wandb_project, name=run_name, dir=str(run_dir), mode=mode, config=config,
-                  settings=settings)
+    def common() -> dict[str, Any]:  # a fresh Settings per attempt: a failed init leaves its resume_from in it
+        settings = wandb.Settings(silent=True, console="off", x_transaction_log_flush_interval=1.0)
+        return dict(project=cfg.wandb_project, name=run_name, dir=str(run_dir), mode=mode, config=config,
+                    settings=settings)
+
     if resume_step:
         try:
-            run = wandb.init(resume_from=f"{run_id}?_step={resume_step - 1}", **common)
+            run = wandb.init(resume_from=f"{run_id}?_step={resume_step - 1}", **common())
             log.info("W&B run %s rewound to step %d (%s mode)", run_id, resume_step - 1, mode)
             return run
         except Exception as err:  # a server without run rewind: say what W&B will do with the re-run steps
             log.warning("W&B cannot rewind run %s (%s): resuming it instead; W&B ignores the re-run steps from "
                         "%d up to the killed run's last logged step (metrics.jsonl and TensorBoard hold them)",
                         run_id, err, resume_step)
-    run = wandb.init(id=run_id, resume="allow", **common)
+    run = wandb.init(id=run_id, resume="allow", **common())
     log.info("W&B run %s (%s mode)", run_id, mode)
     return run

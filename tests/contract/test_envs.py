@@ -168,9 +168,13 @@ def test_code_repair_runs_on_uvloop_as_inside_a_ray_actor():
     uid the sandbox uses as root: the run must still happen."""
     uvloop = pytest.importorskip("uvloop")
     task = CodeRepairEnv.make_tasks("val", 1, seed=0)[0]
+    policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # as in a Ray async actor: new loops are uvloop's too
     loop = uvloop.new_event_loop()
     try:
         first = loop.run_until_complete(CodeRepairEnv().reset(task, 0))
+        again = loop.run_until_complete(CodeRepairEnv().reset(task, 0))  # and again: nothing used up
     finally:
         loop.close()
-    assert "Failing tests" in first
+        asyncio.set_event_loop_policy(policy)
+    assert "Failing tests" in first and again == first

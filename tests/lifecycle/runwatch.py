@@ -53,7 +53,10 @@ class RunWatch:
             started = start_time(pid)
             if started is None:
                 continue
-            self.processes.setdefault(pid, (started, _cmdline(pid)))
+            known, command = self.processes.get(pid), _cmdline(pid)
+            # the latest title (vLLM renames its processes once started), unless the process just went
+            if known is None or (known[0] == started and command != "?"):
+                self.processes[pid] = (started, command)
             self.segments |= shm_mappings(pid)
 
     def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> None:

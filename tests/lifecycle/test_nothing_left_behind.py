@@ -21,7 +21,9 @@ from tests.lifecycle.runwatch import RunWatch, run_dir_of, trained_steps
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not vllm_available(), reason="vllm is not importable (scripts/setup.sh installs it)")]
 
-SECTIONS = dict(run={"max_steps": 2, "eval_every": 0, "save_every": 0},
+# Three steps with validation and saves: after step 0 is logged the run still has a while to go when the test
+# sends its Ctrl-C (two bare steps of the tiny model end before it arrives).
+SECTIONS = dict(run={"max_steps": 3, "eval_every": 1, "save_every": 1},
                 trackers={"wandb": True, "wandb_mode": "offline", "tensorboard": True, "jsonl": True},
                 generation={"engine": "vllm", "max_new_tokens": 8, "temperature": 1.0,
                             "vllm": {"max_model_len": 512, "kv_cache_gib": 0.25}})
