@@ -89,6 +89,10 @@ def _wandb_init(cfg: TrackersConfig, run_dir: Path, run_name: str, config: dict[
     import wandb
 
     mode = wandb_mode(cfg.wandb_mode)
+    # A W&B service inherited from the process that started this driver (a notebook, a sweep or test runner) would
+    # outlive a killed driver with its run still registered, and the resume would be refused ("run ID ... is in
+    # use"). The driver starts its own service, which ends with it.
+    os.environ.pop("WANDB_SERVICE", None)
     # Offline data reaches the run's .wandb file every second (W&B's default: 15 s), so a killed run loses at
     # most its last second of W&B history; metrics.jsonl holds everything.
     def common() -> dict[str, Any]:  # a fresh Settings per attempt: a failed init leaves its resume_from in it
@@ -105,6 +109,7 @@ def _wandb_init(cfg: TrackersConfig, run_dir: Path, run_name: str, config: dict[
             log.warning("W&B cannot rewind run %s (%s): resuming it instead; W&B ignores the re-run steps from "
                         "%d up to the killed run's last logged step (metrics.jsonl and TensorBoard hold them)",
                         run_id, err, resume_step)
+            wandb.teardown()  # the failed attempt may have left the run registered in this driver's service
     run = wandb.init(id=run_id, resume="allow", **common())
     log.info("W&B run %s (%s mode)", run_id, mode)
     return run

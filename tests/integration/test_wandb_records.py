@@ -4,6 +4,9 @@ table of validation responses per validation, the resolved config, the report's 
 from __future__ import annotations
 
 import json
+import os
+
+import wandb
 
 from rlvr.config import TrackersConfig
 from rlvr.pipeline.trackers import Trackers
@@ -25,6 +28,8 @@ def test_wandb_gets_sections_tables_config_and_plots(tmp_path, monkeypatch):
     trackers.log_val_samples([row, {**row, "question": None, "correct": False}], 3)
     trackers.log_images(images, 3)
     trackers.close()
+    wandb.teardown()  # the service this test started in pytest's process ends with it
+    os.environ.pop("WANDB_SERVICE", None)  # and later tests' children do not inherit it
 
     (offline,) = (run_dir / "wandb").glob("offline-run-*")
     records = next(offline.glob("run-*.wandb")).read_bytes()
