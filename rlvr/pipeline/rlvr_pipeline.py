@@ -26,6 +26,7 @@ from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.trackers import Trackers
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.schedulers.quotas import allocate_quotas
+from rlvr.workers.runtime import RAY
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +34,23 @@ log = logging.getLogger(__name__)
 class PhaseTimer:
     """Seconds per phase of one step; a phase entered several times (per mini-batch) adds up."""
 
-    def __init__(self):
+    def __init__(self, clock=time.perf_counter):
         self.times: dict[str, float] = {}
+        self.clock = clock
 
     @contextmanager
     def __call__(self, phase: str):
-        start = time.perf_counter()
+        start = self.clock()
         yield
-        self.add(phase, time.perf_counter() - start)
+        self.add(phase, self.clock() - start)
 
     def add(self, phase: str, seconds: float) -> None:
         self.times[f"time/{phase}"] = self.times.get(f"time/{phase}", 0.0) + seconds
 
 
 class RLVRPipeline:
+    runtime = RAY  # how the loop waits and reads the clock; the simulator (rlvr/sim) swaps in virtual time
+
     def __init__(self, cfg: Config):
         self.cfg = cfg
         resume_from = (checkpoint.find_resume_point(Path(cfg.run.output_dir), cfg.run.name, cfg.run.resume)
@@ -77,7 +81,7 @@ class RLVRPipeline:
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc="rlvr", disable=not cfg.progress_bar, unit="step")
         try:
             while self.step < cfg.max_steps:
-                timer, metrics = PhaseTimer(), {}
+                timer, metrics = PhaseTimer(self.runtime.now), {}
                 with timer("model_update"):
                     metrics.update(self.model_update())
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
@@ -112,7 +116,7 @@ class RLVRPipeline:
         credit_before = self.quota_credit
         quotas, self.quota_credit = allocate_quotas(self.cfg.rollout.domain_interleave_probs,
                                                     self.cfg.rollout.prompts_per_step, self.quota_credit)
-        rollout = Rollout(self.schedulers, quotas, step, version=step)
+        rollout = Rollout(self.schedulers, quotas, step, version=step, runtime=self.runtime)
         rollout.credit_before = credit_before  # a checkpoint taken while it is in flight saves this
         return rollout
 

@@ -6,8 +6,12 @@ from typing import Any
 
 import ray
 
+from rlvr.workers.runtime import RAY
+
 
 class Cluster:
+    runtime = RAY  # how gather waits: Ray, or the simulator's virtual-time stand-in
+
     def __init__(self, name: str, worker_cls: type, world_size: int, *args: Any,
                  num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None,
                  rendezvous: bool = False, **kwargs: Any):
@@ -37,10 +41,10 @@ class Cluster:
         return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
 
     def gather(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return ray.get(self.call(method, *args, **kwargs))
+        return self.runtime.get(self.call(method, *args, **kwargs))
 
     def first(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray.get(getattr(self.workers[0], method).remote(*args, **kwargs))
+        return self.runtime.get(getattr(self.workers[0], method).remote(*args, **kwargs))
 
     def collective(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The same call on every worker, which take part together in the collectives inside it (ZeRO
