@@ -15,9 +15,8 @@ sync's content are the simulator's own.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any
 
 from rlvr.config import Config, config_from_dict
 from rlvr.data.types import Prompt
@@ -53,7 +52,6 @@ class SimSpec:
     steps: int = 6
     warmup_steps: int = 2
     seed: int = 1
-    overrides: dict[str, Any] = field(default_factory=dict)  # extra config sections, merged key by key
     # A measured run to replay: per step, the seconds of some phases (keys as the fields above, e.g.
     # "generate_s"); a phase or step it lacks takes the constant above.
     trace: tuple[dict[str, float], ...] = ()
@@ -105,8 +103,6 @@ class SimSpec:
             "algorithm": {"preset": "grpo"},
             "overlap": dict(mode),
         }
-        for section, values in self.overrides.items():
-            tree[section] = {**tree.get(section, {}), **values}
         return config_from_dict(tree)
 
 
