@@ -183,7 +183,9 @@ def simulate(spec: SimSpec, mode: dict[str, bool]) -> list[dict[str, float]]:
         pipeline.close()
 
 
-def steady(records: list[dict[str, float]], spec: SimSpec, key: str) -> float:
-    """Mean of `key` over the steps after the warm-up (as bench/async_reward.py reports)."""
-    values = [r[key] for r in records if r["step"] >= spec.warmup_steps and key in r]
+def steady(records: list[dict[str, float]], spec: SimSpec, key: str, drop_last: bool = False) -> float:
+    """Mean of `key` over the steps after the warm-up (as bench/async_reward.py reports). drop_last: without the
+    run's last step, which (off-policy) has no next rollout to generate and so is shorter than a steady one."""
+    last = spec.steps - 1 if drop_last else spec.steps
+    values = [r[key] for r in records if spec.warmup_steps <= r["step"] < last and key in r]
     return sum(values) / len(values) if values else math.nan

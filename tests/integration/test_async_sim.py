@@ -85,3 +85,11 @@ def test_measured_latencies_are_replayed_in_call_order():
     assert records[0][f"{DOMAIN}/reward/latency/max"] == pytest.approx(3.0)
     assert records[0]["sim/reward_slot_s"] == pytest.approx(20.0)
     assert records[0]["time/reward_wait"] == pytest.approx(20.0, abs=0.01)
+
+
+def test_steady_window_skips_the_warm_up_and_optionally_the_last_step():
+    spec = SimSpec(prompts_per_step=1, concurrency=1, latency=LatencyModel("uniform", low=1, high=1),
+                   generate_s=0.0, train_s=0.0, steps=5)
+    records = [{"step": i, "x": float(i)} for i in range(5)]
+    assert steady(records, spec, "x") == 3.0  # steps 2, 3, 4
+    assert steady(records, spec, "x", drop_last=True) == 2.5  # steps 2, 3
