@@ -11,7 +11,6 @@ they still owe. Nothing is lost and nothing is trained twice; groups that were i
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -43,22 +42,27 @@ class _RestorePoint:
 class DomainSchedulers:
     def __init__(self, cfg: Config, data: dict, infer_workers: list, reward_workers: dict[str, list],
                  waiter: Waiter, events: FaultLog, episodes: dict | None = None):
-        """`episodes`: an EpisodeRunner per env domain (rlvr/rollout/episode.py); its scheduler plays, not scores."""
-        options = {"num_cpus": 0, "max_concurrency": 1000, "max_restarts": cfg.faults.max_restarts}
-        remote = ray.remote(DynamicSamplingScheduler).options(**options)
-        # The data go to the object store once, and stay referenced here: a restarted actor gets its constructor
-        # arguments from there again (Ray cannot restart it if they went out of scope).
-        self._data = {d: (ray.put(data[d].train), ray.put(data[d].val)) for d in cfg.domains}
-        episodes = episodes or {}
-        self.actors = {d: remote.remote(d, *self._data[d], infer_workers, reward_workers.get(d, []), cfg,
-                                        episodes=episodes.get(d))
-                       for d in cfg.domains}
+        """`episodes`: an EpisodeRunner per env domain (rlvr/rollout/episode.py); its scheduler plays, not scores.
+        Every call waits through `waiter`, hence in its runtime's time (Ray's, or the simulator's: rlvr/sim)."""
         self.waiter, self.events, self.faults = waiter, events, cfg.faults
+        self.actors = self._start_actors(cfg, data, infer_workers, reward_workers, episodes or {})
         self.running: dict[str, dict[int, _Step]] = {d: {} for d in self.actors}
         self.points: dict[str, dict[int, _RestorePoint]] = {d: {} for d in self.actors}
         self.latest: dict[str, _RestorePoint | None] = {d: None for d in self.actors}
         self.handed: dict[str, list[str]] = {d: [] for d in self.actors}
         self._handed_base = {d: 0 for d in self.actors}  # uids trimmed from the front of `handed`
+
+    def _start_actors(self, cfg: Config, data: dict, infer_workers: list, reward_workers: dict[str, list],
+                      episodes: dict) -> dict[str, Any]:
+        """One restartable DynamicSamplingScheduler actor per domain (the simulator puts local ones instead)."""
+        options = {"num_cpus": 0, "max_concurrency": 1000, "max_restarts": cfg.faults.max_restarts}
+        remote = ray.remote(DynamicSamplingScheduler).options(**options)
+        # The data go to the object store once, and stay referenced here: a restarted actor gets its constructor
+        # arguments from there again (Ray cannot restart it if they went out of scope).
+        self._data = {d: (ray.put(data[d].train), ray.put(data[d].val)) for d in cfg.domains}
+        return {d: remote.remote(d, *self._data[d], infer_workers, reward_workers.get(d, []), cfg,
+                                 episodes=episodes.get(d))
+                for d in cfg.domains}
 
     @property
     def domains(self) -> list[str]:
@@ -119,7 +123,8 @@ class DomainSchedulers:
     # ------------------------------------------------------------------ recovery
     def recover(self, domain: str, err: BaseException) -> None:
         """Brings a scheduler that died back where it was (see the module docstring)."""
-        start = time.monotonic()
+        clock = self.waiter.runtime.now
+        start = clock()
         actor = self.actors[domain]
         if not self.faults.max_restarts:
             raise WorkerFault(f"scheduler/{domain} died (faults.max_restarts=0: no restarts)") from err
@@ -136,7 +141,7 @@ class DomainSchedulers:
         for step, s in running:
             self.waiter.get(actor.start_batch.remote(s.quota - s.handed, step, s.version),
                             f"scheduler/{domain}.start_batch (step {step}, after a restart)")
-        self.events.record(domain, "scheduler_restarts", seconds=time.monotonic() - start,
+        self.events.record(domain, "scheduler_restarts", seconds=clock() - start,
                            steps=[s for s, _ in running], cause=f"{type(err).__name__}"[:80], **given_back)
 
     def _call(self, domain: str, send: Callable[[Any], ray.ObjectRef], what: str) -> Any:

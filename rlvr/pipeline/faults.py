@@ -1,6 +1,7 @@
 """The driver's watch over what the run started (docs/faults.md).
 
-`Supervisor.tick` runs every `faults.poll_s` seconds while the driver waits (rlvr/workers/supervision.py):
+`Supervisor.tick` runs every `faults.poll_s` seconds while the driver waits (rlvr/workers/supervision.py), and
+checks on its workers through the waiter's runtime (its clock included):
 
 - it pings every actor_infer and reward worker (`health()`): a worker that Ray restarted after a crash is seen by
   its new pid; an actor_infer one serves nothing until it has the current weights, which the supervisor pushes
@@ -118,7 +119,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ the watch
     def tick(self) -> None:
-        now = time.monotonic()
+        now = self.waiter.runtime.now()
         for w in self.workers:
             self._check_worker(w, now)
         self._check_judge()
@@ -130,11 +131,11 @@ class Supervisor:
         if w.ping is None:
             w.ping = (w.handle.health.remote(), now)
             return
-        if not ray.wait([w.ping[0]], timeout=0)[0]:
+        if not self.waiter.runtime.wait([w.ping[0]], timeout=0)[0]:
             return
         ping, w.ping = w.ping[0], None
         try:
-            health = ray.get(ping)
+            health = self.waiter.runtime.get(ping)
         except RayActorError as err:  # died, or restarting (calls are refused meanwhile)
             if w.down_since is None:
                 w.down_since = now
@@ -152,11 +153,11 @@ class Supervisor:
         w.pid = health["pid"]
 
     def _check_push(self, w: _Watched, now: float) -> None:
-        if not ray.wait([w.push], timeout=0)[0]:
+        if not self.waiter.runtime.wait([w.push], timeout=0)[0]:
             return
         push, w.push = w.push, None
         try:
-            ray.get(push)
+            self.waiter.runtime.get(push)
         except RayActorError:  # died again while loading: the next ping finds it
             return
         self._recovered(w, now)
@@ -169,7 +170,7 @@ class Supervisor:
 
     def describe(self) -> str:
         """Workers that have not answered a health check for a while (hung, or restarting), for error messages."""
-        now = time.monotonic()
+        now = self.waiter.runtime.now()
         late = [f"{w.name} (no answer to a health check for {now - w.ping[1]:.0f}s)" for w in self.workers
                 if w.ping is not None and now - w.ping[1] > max(5.0, 5 * self.cfg.poll_s)]
         return ", ".join(late)
@@ -181,13 +182,14 @@ class Supervisor:
         if self._judge_restarts >= self.cfg.max_restarts:
             raise WorkerFault(f"the local judge server died (exit code {judge.process.returncode}) and was "
                               f"restarted {self._judge_restarts} times already (faults.max_restarts)")
-        start = time.monotonic()
+        start = self.waiter.runtime.now()
         old_url, code = judge.url, judge.process.returncode
         judge.restart()
         self._judge_restarts += 1
         if judge.url != old_url:
             self.waiter.get([a.set_base_url.remote(judge.url) for a in self.judge_rewards], "judge URL update")
-        self.events.record("judge", "restarts", seconds=time.monotonic() - start, exit_code=code, url=judge.url)
+        self.events.record("judge", "restarts", seconds=self.waiter.runtime.now() - start, exit_code=code,
+                           url=judge.url)
 
 
 def run_stopped(err: BaseException, run_dir: Path, step: int) -> RunStopped:

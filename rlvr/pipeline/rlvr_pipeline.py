@@ -33,6 +33,8 @@ from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.system_metrics import SystemMonitor, throughput_metrics
 from rlvr.pipeline.trackers import Trackers
 from rlvr.schedulers.quotas import allocate_quotas
+from rlvr.workers.cluster import Cluster
+from rlvr.workers.runtime import RAY
 from rlvr.workers.supervision import Waiter
 
 log = logging.getLogger(__name__)
@@ -41,20 +43,25 @@ log = logging.getLogger(__name__)
 class PhaseTimer:
     """Seconds per phase of one step; a phase entered several times (per mini-batch) adds up."""
 
-    def __init__(self):
+    def __init__(self, clock=time.perf_counter):
         self.times: dict[str, float] = {}
+        self.clock = clock
 
     @contextmanager
     def __call__(self, phase: str):
-        start = time.perf_counter()
+        start = self.clock()
         yield
-        self.add(phase, time.perf_counter() - start)
+        self.add(phase, self.clock() - start)
 
     def add(self, phase: str, seconds: float) -> None:
         self.times[f"time/{phase}"] = self.times.get(f"time/{phase}", 0.0) + seconds
 
 
 class RLVRPipeline:
+    # How the loop waits and reads the clock: every wait goes through `self.waiter`, built on this runtime, and the
+    # phase timer reads its clock. The simulator (rlvr/sim) swaps in virtual time.
+    runtime = RAY
+
     def __init__(self, cfg: Config):
         self.cfg = cfg
         resume_from = (checkpoint.find_resume_point(Path(cfg.run.output_dir), cfg.run.name, cfg.run.resume)
@@ -67,7 +74,8 @@ class RLVRPipeline:
         self.data = load_domain_data(cfg, self.tokenizer, report_dir=self.run_dir)
         episodes = build_episode_runners(cfg, self.tokenizer)  # env domains: played, not scored
         self.owns_ray = start_ray(cfg)
-        self.waiter, self.faults = Waiter.from_config(cfg.faults), FaultLog(self.run_dir / "faults.jsonl")
+        self.waiter = Waiter.from_config(cfg.faults, self.runtime)
+        self.faults = FaultLog(self.run_dir / "faults.jsonl")
         self.supervisor = Supervisor(cfg.faults, self.waiter, self.faults)
         self.judge_server, rewards_cfg = start_local_judge(cfg, log_dir=self.run_dir / "logs" / "judge_server")
         self.clusters = build_clusters(cfg, self.model_path, rewards_cfg, self.waiter)
@@ -95,7 +103,7 @@ class RLVRPipeline:
         try:
             while self.step < cfg.max_steps:
                 self.faults.step = self.step
-                timer, metrics = PhaseTimer(), {}
+                timer, metrics = PhaseTimer(self.runtime.now), {}
                 with timer("model_update"):
                     metrics.update(self.model_update())
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
@@ -187,19 +195,23 @@ class RLVRPipeline:
         """The forward passes the step needs, in flight together on their own clusters: reference logprobs (a KL
         term), old-policy logprobs (the PPO ratio's anchor when it is not simply the current policy, and the
         policy side of a KL in the reward), the critic's values."""
-        shared = ray.put(batch)  # one copy in the object store for every cluster
-        pending: dict[str, list[ray.ObjectRef]] = {}
+        shared = self.runtime.put(batch)  # one copy in the object store for every cluster
+        pending: dict[str, tuple[Cluster, str, list[ray.ObjectRef]]] = {}
+
+        def launch(key: str, cluster: Cluster, method: str) -> None:
+            pending[key] = (cluster, method, cluster.collective_async(method, shared))
+
         if self.clusters.reference is not None:
-            pending["ref_logp"] = self.clusters.reference.collective_async("compute_logprobs", shared)
+            launch("ref_logp", self.clusters.reference, "compute_logprobs")
         if self.clusters.critic is not None:
-            pending["values"] = self.clusters.critic.collective_async("compute_values", shared)
+            launch("values", self.clusters.critic, "compute_values")
         anchor = self.old_logprobs_source(batch)
         if anchor == "actor":
-            pending["old_logp"] = self.clusters.actor_train.collective_async("compute_logprobs", shared)
+            launch("old_logp", self.clusters.actor_train, "compute_logprobs")
         elif anchor == "behaviour":
             batch = batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
-        for key, refs in pending.items():  # all launched already: waiting in turn costs nothing
-            batch = batch.with_tensor(key, ray.get(refs)[0])
+        for key, (cluster, method, refs) in pending.items():  # all launched already: waiting in turn costs nothing
+            batch = batch.with_tensor(key, cluster.collected(refs, method))
         return batch
 
     def old_logprobs_source(self, batch: TrainBatch) -> str | None:
@@ -267,7 +279,7 @@ class RLVRPipeline:
         saving = self.clusters.actor_train.collective_async("save", str(tmp / "actor_train"))
         if self.clusters.critic is not None:
             saving += self.clusters.critic.collective_async("save", str(tmp / "critic"))
-        ray.get(saving)
+        self.waiter.get(saving, "actor_train/critic.save")
         torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
         schedulers = self.schedulers.state_dicts()
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step

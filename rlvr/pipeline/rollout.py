@@ -10,10 +10,7 @@ Every wait has a deadline, and a scheduler that dies meanwhile is brought back b
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-
-import ray
 
 from rlvr.data.types import Group
 from rlvr.pipeline.domain_schedulers import LOST, DomainSchedulers
@@ -23,6 +20,7 @@ class Rollout:
     def __init__(self, schedulers: DomainSchedulers, quotas: dict[str, int], step: int, version: int):
         self.step = step
         self.schedulers = schedulers
+        self.rt = schedulers.waiter.runtime  # the clock of the waits: Ray's, or the simulator's virtual one
         self.domains = [d for d in schedulers.domains if quotas.get(d, 0) > 0]
         self.metrics: dict[str, float] = {f"{d}/scheduler/quota": float(q) for d, q in quotas.items()}
         self.wait_s = 0.0  # driver time blocked on this rollout (generation excluded when waited apart)
@@ -32,9 +30,9 @@ class Rollout:
 
     def wait_generated(self) -> float:
         """Blocks until every domain's initial generation of this step is done; returns the seconds waited."""
-        start = time.perf_counter()
+        start = self.rt.now()
         self.schedulers.wait_generated(self.domains, self.step)
-        return time.perf_counter() - start
+        return self.rt.now() - start
 
     def stream(self, groups_per_batch: int | None) -> Iterator[list[Group]]:
         """Lists of `groups_per_batch` complete groups (the last may be shorter) as they complete, across
@@ -44,17 +42,17 @@ class Rollout:
         calls = {schedulers.next_groups(d, self.step): d for d in self.domains}
         ready: list[Group] = []
         while calls:
-            start = time.perf_counter()
+            start = self.rt.now()
             done = schedulers.waiter.first(list(calls), f"step {self.step} rollout ({', '.join(calls.values())})")
             domain = calls.pop(done)
             try:
-                groups, final = ray.get(done)
+                groups, final = self.rt.get(done)
             except LOST as err:
                 schedulers.recover(domain, err)
                 calls[schedulers.next_groups(domain, self.step)] = domain
                 continue
             finally:
-                self.wait_s += time.perf_counter() - start
+                self.wait_s += self.rt.now() - start
             schedulers.handed_over(domain, self.step, groups)
             ready.extend(groups)
             if final is None:

@@ -22,7 +22,6 @@ import asyncio
 import logging
 import math
 import os
-import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -99,6 +98,8 @@ class StepRun:
     task: asyncio.Task | None = None
     _initial_left: int = 0
     _reward_times: list[float] = field(default_factory=lambda: [math.inf, -math.inf])
+    _started: float = field(default_factory=lambda: asyncio.get_running_loop().time())
+    _generate_span: float = 0.0
 
     def keep(self, group: Group) -> None:
         self.kept.append(group)
@@ -107,18 +108,28 @@ class StepRun:
     def expect_initial(self, count: int) -> None:
         self._initial_left = count
         if count == 0:
-            self.generated.set()
+            self.mark_generated()
 
     def initial_generated(self) -> None:
         self._initial_left -= 1
         if self._initial_left <= 0:
-            self.generated.set()
+            self.mark_generated()
+
+    def mark_generated(self) -> None:
+        """The step's initial generation is over (or nothing more of it will generate)."""
+        if not self.generated.is_set():
+            self._generate_span = asyncio.get_running_loop().time() - self._started
+        self.generated.set()
 
     def reward_sent(self) -> None:
-        self._reward_times[0] = min(self._reward_times[0], time.monotonic())
+        self._reward_times[0] = min(self._reward_times[0], asyncio.get_running_loop().time())
 
     def reward_landed(self) -> None:
-        self._reward_times[1] = max(self._reward_times[1], time.monotonic())
+        self._reward_times[1] = max(self._reward_times[1], asyncio.get_running_loop().time())
+
+    def generate_span(self) -> float:
+        """Seconds from the step's start to the end of its initial generation (0 while it goes on)."""
+        return self._generate_span
 
     def reward_span(self) -> float:
         """Seconds from this step's first reward request to its last result (0 when none was sent)."""
@@ -459,7 +470,7 @@ class DynamicSamplingScheduler:
                 self.pending.pop(phase["request_id"], None)
                 task.cancel()
                 run.counters["aborted"] += 1
-        run.generated.set()  # nothing more of this step will generate
+        run.mark_generated()  # nothing more of this step will generate
         aborts = await asyncio.gather(*(w.abort.remote(ids) for w, ids in aborting.items() if w is not None),
                                       return_exceptions=True)
         for err in aborts:  # a worker that died took its requests with it: nothing left to abort there
@@ -510,6 +521,7 @@ class DynamicSamplingScheduler:
         metrics[f"{d}scheduler/buffer_size"] = float(len(self.buffer))
         metrics[f"{d}scheduler/epoch"] = float(self.epoch)
         metrics[f"{d}timing/reward_span"] = run.reward_span()
+        metrics[f"{d}timing/generate_span"] = run.generate_span()
         metrics.update({f"faults/{self.domain}/{k}": float(v) for k, v in self.faults.items()})
         self.faults.clear()
         return metrics

@@ -18,7 +18,8 @@ class Cluster:
         `setup(master_addr, master_port)`, called on all ranks at once (joining blocks until all have come).
         max_restarts: Ray restarts a worker that dies this many times (its constructor runs again); calls in
         flight at its death fail, later ones wait for it. Every wait of `gather` and friends goes through `waiter`
-        (a deadline, and supervision while waiting)."""
+        (a deadline, and supervision while waiting), and so through the waiter's runtime (Ray, or the simulator's
+        virtual time: rlvr/sim)."""
         # num_cpus=0 by default: workers of different phases take turns on the same cores, and Ray must not
         # refuse to place them on a 2-core machine; the torch thread count is set inside each worker.
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts}
@@ -52,14 +53,20 @@ class Cluster:
     def collective(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The same call on every worker, which take part together in the collectives inside it (ZeRO
         gathers and reductions); returns rank 0's result."""
-        return ray.get(self.collective_async(method, *args, **kwargs))[0]
+        return self.collected(self.collective_async(method, *args, **kwargs), method)
+
+    def collected(self, refs: list[ray.ObjectRef], method: str) -> Any:
+        """Rank 0's result of a `collective_async` call, waited for with the cluster's waiter (a deadline,
+        supervision while waiting; every rank's error surfaces)."""
+        return self.waiter.get(refs, f"{self.name}.{method}")[0]
 
     def collective_async(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
         """`collective` without waiting: the refs of every rank's result (rank 0's first), so that several
         clusters can work at once. A large argument goes to the object store once, not once per worker (an
         ObjectRef argument is passed as it is)."""
         if len(self.workers) > 1:
-            args = tuple(a if isinstance(a, (str, int, float, bool, type(None), ray.ObjectRef)) else ray.put(a)
+            rt = self.waiter.runtime
+            args = tuple(a if isinstance(a, (str, int, float, bool, type(None))) or rt.is_ref(a) else rt.put(a)
                          for a in args)
         return self.call(method, *args, **kwargs)
 

@@ -5,7 +5,9 @@ Two rules (docs/faults.md):
 - Never a hang. Every wait of the driver goes through a `Waiter`: `waiter.get(refs, "what")` is `ray.get` with a
   deadline (`faults.wait_timeout_s`); past it a `DeadlineExceeded` names what was waited for. While it waits, the
   waiter calls its `tick` every `faults.poll_s` seconds: that is where the driver's supervisor brings restarted
-  workers and dead servers back (rlvr/pipeline/faults.py), so recovery happens while the step goes on.
+  workers and dead servers back (rlvr/pipeline/faults.py), so recovery happens while the step goes on. A waiter
+  waits and reads the clock through its runtime (rlvr/workers/runtime.py): Ray and the wall clock, or the
+  simulator's virtual time (rlvr/sim), where deadlines and ticks are in simulated seconds.
 - Nothing lost. A call in flight on an actor that dies fails with `RayActorError`; Ray restarts the actor
   (`faults.max_restarts`). `resend` sends the call again until it gets through, pausing while the actor
   restarts, for up to `faults.restart_timeout_s`; it counts the request once. Past that the error goes to the
@@ -15,12 +17,13 @@ Two rules (docs/faults.md):
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError
+
+from rlvr.workers.runtime import RAY
 
 
 class DeadlineExceeded(TimeoutError):
@@ -47,9 +50,12 @@ def is_worker_death(err: BaseException) -> bool:
 
 
 class Waiter:
-    """`ray.get` / `ray.wait` with a deadline, ticking a supervisor while it waits."""
+    """`ray.get` / `ray.wait` with a deadline, ticking a supervisor while it waits. `runtime`: how it waits and reads
+    the clock (Ray's refs and the wall clock by default; the simulator's in virtual time)."""
 
-    def __init__(self, timeout_s: float = 3600.0, poll_s: float = 1.0, key: str = "faults.wait_timeout_s"):
+    def __init__(self, timeout_s: float = 3600.0, poll_s: float = 1.0, key: str = "faults.wait_timeout_s",
+                 runtime=RAY):
+        self.runtime = runtime
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.key = key
@@ -58,37 +64,38 @@ class Waiter:
         self._ticking = False
 
     @classmethod
-    def from_config(cls, faults) -> "Waiter":
-        return cls(faults.wait_timeout_s, faults.poll_s)
+    def from_config(cls, faults, runtime=RAY) -> "Waiter":
+        return cls(faults.wait_timeout_s, faults.poll_s, runtime=runtime)
 
     def get(self, refs: ray.ObjectRef | Sequence[ray.ObjectRef], what: str, timeout_s: float | None = None) -> Any:
         """The results of `refs` (one ref or a list), as `ray.get`; raises DeadlineExceeded after the deadline, and
         a call's own error (e.g. RayActorError) once every call has finished."""
-        single = isinstance(refs, ray.ObjectRef)
-        pending = [refs] if single else list(refs)
-        total = len(pending)
+        rt = self.runtime
+        single = rt.is_ref(refs)
+        refs = [refs] if single else list(refs)
+        pending, total = refs, len(refs)
         deadline = self._deadline(timeout_s)
         while pending:
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=self._slice(deadline))
+            _, pending = rt.wait(pending, num_returns=len(pending), timeout=self._slice(deadline))
             if pending:
                 self._after_slice(deadline, what, f"{len(pending)} of {total} calls still running", timeout_s)
-        out = ray.get([refs] if single else list(refs))
+        out = rt.get(refs)
         return out[0] if single else out
 
     def first(self, refs: Sequence[ray.ObjectRef], what: str, timeout_s: float | None = None) -> ray.ObjectRef:
         """The first of `refs` to finish (its result or its error is then ready for `ray.get`)."""
         deadline = self._deadline(timeout_s)
         while True:
-            done, _ = ray.wait(list(refs), num_returns=1, timeout=self._slice(deadline))
+            done, _ = self.runtime.wait(list(refs), num_returns=1, timeout=self._slice(deadline))
             if done:
                 return done[0]
             self._after_slice(deadline, what, f"none of {len(refs)} calls finished", timeout_s)
 
     def pause(self, seconds: float) -> None:
         """Sleeps while ticking (a driver-side back-off that keeps supervising)."""
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(left, self.poll_s))
+        end = self.runtime.now() + seconds
+        while (left := end - self.runtime.now()) > 0:
+            self.runtime.sleep(min(left, self.poll_s))
             self.run_tick()
 
     def run_tick(self) -> None:
@@ -102,13 +109,13 @@ class Waiter:
             self._ticking = False
 
     def _deadline(self, timeout_s: float | None) -> float:
-        return time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        return self.runtime.now() + (self.timeout_s if timeout_s is None else timeout_s)
 
     def _slice(self, deadline: float) -> float:
-        return max(0.0, min(self.poll_s, deadline - time.monotonic()))
+        return max(0.0, min(self.poll_s, deadline - self.runtime.now()))
 
     def _after_slice(self, deadline: float, what: str, state: str, timeout_s: float | None) -> None:
-        if time.monotonic() >= deadline:
+        if self.runtime.now() >= deadline:
             limit = self.timeout_s if timeout_s is None else timeout_s
             where = self.key if timeout_s is None else "its own deadline"
             seen = self.describe() if self.describe is not None else ""
@@ -133,7 +140,7 @@ async def resend(send: Callable[[int], Awaitable[Any]], patience_s: float,
         try:
             return await send(attempt)
         except RayActorError as err:
-            now = time.monotonic()
+            now = asyncio.get_running_loop().time()  # the loop's clock: simulated time under rlvr/sim
             if first is None:
                 first = now
                 on_resend(err)
@@ -152,7 +159,7 @@ def call_resent(waiter: Waiter, send: Callable[[], ray.ObjectRef], what: str, pa
         try:
             return waiter.get(ref, what)
         except RayActorError as err:
-            now = time.monotonic()
+            now = waiter.runtime.now()
             if first is None:
                 first = now
                 if on_resend is not None:

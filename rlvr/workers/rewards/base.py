@@ -25,7 +25,6 @@ import dataclasses
 import inspect
 import logging
 import math
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -82,16 +81,17 @@ class RewardWorker:
         """Scores `sample` under the limits. Never raises (only cancellation propagates) and never hangs: each
         attempt gets `limits.timeout_s`. `latency_s` is the wall time from getting a concurrency slot of `lane`
         to the final result, retries and backoff included (time queued for a slot is not in it)."""
+        clock = asyncio.get_running_loop()  # the loop's clock: wall time, or simulated time under rlvr/sim
         async with self._slot(lane):
             self._in_flight += 1
             self._in_flight_peak = max(self._in_flight_peak, self._in_flight)
-            start = time.perf_counter()
+            start = clock.time()
             try:
                 result = await self._attempts(sample)
             finally:
                 self._in_flight -= 1
         # A copy: a subclass may return a shared constant result.
-        result = dataclasses.replace(result, latency_s=time.perf_counter() - start)
+        result = dataclasses.replace(result, latency_s=clock.time() - start)
         if lane == "train":  # the latency metrics describe the training lane (they feed the reward floor)
             self._latencies.append(result.latency_s)
         else:
