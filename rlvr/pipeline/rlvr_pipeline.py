@@ -199,7 +199,7 @@ class RLVRPipeline:
         elif anchor == "behaviour":
             batch = batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
         for key, refs in pending.items():  # all launched already: waiting in turn costs nothing
-            batch = batch.with_tensor(key, ray.get(refs)[0])
+            batch = batch.with_tensor(key, self.waiter.get(refs, f"forward pass {key}")[0])
         return batch
 
     def old_logprobs_source(self, batch: TrainBatch) -> str | None:
@@ -267,7 +267,7 @@ class RLVRPipeline:
         saving = self.clusters.actor_train.collective_async("save", str(tmp / "actor_train"))
         if self.clusters.critic is not None:
             saving += self.clusters.critic.collective_async("save", str(tmp / "critic"))
-        ray.get(saving)
+        self.waiter.get(saving, "actor_train/critic.save")
         torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
         schedulers = self.schedulers.state_dicts()
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step

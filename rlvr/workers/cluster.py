@@ -52,7 +52,7 @@ class Cluster:
     def collective(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The same call on every worker, which take part together in the collectives inside it (ZeRO
         gathers and reductions); returns rank 0's result."""
-        return ray.get(self.collective_async(method, *args, **kwargs))[0]
+        return self.waiter.get(self.collective_async(method, *args, **kwargs), f"{self.name}.{method}")[0]
 
     def collective_async(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
         """`collective` without waiting: the refs of every rank's result (rank 0's first), so that several
