@@ -136,9 +136,17 @@ class Injector(threading.Thread):
         """Blocks until every injection planned before `step` has been sent and its target is back (or given up
         on): a pipeline that calls this at the start of each step never overlaps two recoveries."""
         before = sum(i.step < step for i in self.injections)
-        with self._settled:
-            self._settled.wait_for(lambda: len(self.injections) - self._pending >= before or self._halt.is_set(),
-                                   timeout_s)
+        settled = lambda: len(self.injections) - self._pending >= before or self._halt.is_set()  # noqa: E731
+        waiter = self.pipeline.waiter
+        end = time.monotonic() + timeout_s
+        # Called by the driver between steps: it keeps supervising meanwhile, as in any of its waits. A server
+        # killed after the step's last request is only brought back by the driver's supervisor, so waiting here
+        # without ticking would wait for a recovery that cannot happen.
+        while time.monotonic() < end:
+            with self._settled:
+                if self._settled.wait_for(settled, min(waiter.poll_s, max(0.0, end - time.monotonic()))):
+                    return
+            waiter.run_tick()
 
     def run(self) -> None:
         try:
