@@ -9,8 +9,8 @@ name: other runs share the machine), sent at a chosen step while that process ha
 
 `Injector` runs beside `pipeline.run()` in a thread: at each planned step it waits until the target is busy,
 kills it, and measures the seconds until the replacement serves (a new pid that answers and, for actor_infer,
-holds the current weights; a server: its /health answers). `RecordingPipeline` remembers which prompts each step trained on, so that a chaos run
-can check that none was lost or trained twice.
+holds the current weights; for a server, whose /health answers). `RecordingPipeline` remembers which prompts
+each step trained on, so that a chaos run can check that none was lost or trained twice.
 """
 
 from __future__ import annotations
