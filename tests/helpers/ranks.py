@@ -13,13 +13,25 @@ import torch
 
 def _rank_then_leave(rank: int, fn: Callable, *args) -> None:
     """A rank that exits with its gloo group up can abort in gloo's thread teardown (SIGABRT, "terminate called
-    without an active exception"; tests/integration/test_dist_exit.py): every rank leaves the group first."""
+    without an active exception"; tests/integration/test_dist_exit.py): every rank leaves the group first. A rank
+    that finished its work then skips the interpreter's teardown (os._exit), where C++ destructors of whatever
+    DeepSpeed and gloo still hold would run beside their threads: CI (stop 18) saw a two-rank DeepSpeed run's rank 0
+    abort once even with the group left, with no stack kept, so where is not known; faulthandler now prints every
+    thread's Python stack to the test's captured stderr if a rank aborts anywhere."""
+    import faulthandler
+    import sys
+
     from rlvr.backends import dist as rdist
 
+    faulthandler.enable(all_threads=True)
     try:
         fn(rank, *args)
+        rdist.barrier()  # no rank tears down while a peer still finishes its last collective
     finally:
         rdist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # results are on disk (the ranks write files); an exception above still reaches spawn's handler
 
 
 def spawn_ranks(fn: Callable, world_size: int, args: tuple, timeout_s: float = 900) -> None:
