@@ -19,13 +19,12 @@ import os
 import signal
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
+from rlvr.judge_server.launcher import is_healthy
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
 FAULTS = ("actor_infer", "reward", "sandbox", "judge", "scheduler")
@@ -59,25 +58,15 @@ def status(pipeline, fault: str, domain: str | None) -> dict[str, Any]:
     if fault == "judge":  # ready: its /health answers (a new process is there well before it serves)
         judge = pipeline.judge_server
         busy = _reward_in_flight(pipeline, domain) if domain else True
-        return {"pid": judge.process.pid, "busy": busy, "ready": judge.alive() and _serves(judge.root_url)}
+        return {"pid": judge.process.pid, "busy": busy, "ready": judge.alive() and is_healthy(judge.root_url)}
     actor = pipeline.clusters.rewards[domain].workers[0]
     h = _get(actor.health.remote())
     busy = _get(actor.metrics.remote(reset=False))["in_flight"] > 0
     if fault == "reward":
         return {"pid": h["pid"], "busy": busy, "ready": True}
     if fault == "sandbox":
-        return {"pid": h["sandbox_pid"], "busy": busy, "ready": h["sandbox_alive"] and _serves(h["sandbox_url"])}
+        return {"pid": h["sandbox_pid"], "busy": busy, "ready": h["sandbox_alive"] and is_healthy(h["sandbox_url"])}
     raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
-
-
-def _serves(root_url: str) -> bool:
-    """GET {root_url}/health answers 200 (loopback: no proxy)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"{root_url}/health", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def _reward_in_flight(pipeline, domain: str) -> bool:
