@@ -21,7 +21,7 @@ sent while the target has requests in flight. Per fault type:
     duplicated         prompts trained twice (the run stays inside one epoch of every domain) and steps logged twice
     recover s          from the kill to the replacement serving (actor_infer: with the current weights), median
                        [min-max]
-    orphans            processes the killed one had started that outlived it
+    orphans            processes the killed one had started still alive 10 s after its replacement served
 
 The judge's reward retries are widened (`domains.judge.reward.max_retries=8`, backoff 0.5 s doubling: two
 minutes) so that requests cut by a judge restart are retried until the restarted judge answers; pass your own

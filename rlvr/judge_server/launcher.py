@@ -92,7 +92,7 @@ class JudgeServerHandle:
                         f"(command: {' '.join(cmd)}). Last lines of its stderr:\n{self.stderr_tail()}")
                 if not self.url:
                     self.url = _first_line(self.log_dir / "stdout.log") or ""
-                if self.url and _healthy(self.root_url):
+                if self.url and is_healthy(self.root_url):
                     logger.info("%s judge server ready at %s in %.1fs", self.backend, self.url,
                                 time.monotonic() - started)
                     return
@@ -257,7 +257,8 @@ def _first_line(path: Path) -> str | None:
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes via a proxy
 
 
-def _healthy(root_url: str) -> bool:
+def is_healthy(root_url: str) -> bool:
+    """GET {root_url}/health answers 200 (loopback: no proxy); also the chaos harness's test of a restarted server."""
     try:
         with _NO_PROXY.open(f"{root_url}/health", timeout=2) as response:
             return response.status == 200

@@ -9,8 +9,8 @@ name: other runs share the machine), sent at a chosen step while that process ha
 
 `Injector` runs beside `pipeline.run()` in a thread: at each planned step it waits until the target is busy,
 kills it, and measures the seconds until the replacement serves (a new pid that answers and, for actor_infer,
-holds the current weights). `RecordingPipeline` remembers which prompts each step trained on, so that a chaos run
-can check that none was lost or trained twice.
+holds the current weights; for a server, whose /health answers). `RecordingPipeline` remembers which prompts
+each step trained on, so that a chaos run can check that none was lost or trained twice.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import ray
 
+from rlvr.judge_server.launcher import is_healthy
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
 FAULTS = ("actor_infer", "reward", "sandbox", "judge", "scheduler")
@@ -54,17 +55,17 @@ def status(pipeline, fault: str, domain: str | None) -> dict[str, Any]:
     if fault == "scheduler":
         h = _get(pipeline.schedulers.actors[domain].health.remote())
         return {"pid": h["pid"], "busy": bool(h["steps"]), "ready": h["restored"]}
-    if fault == "judge":
+    if fault == "judge":  # ready: its /health answers (a new process is there well before it serves)
         judge = pipeline.judge_server
         busy = _reward_in_flight(pipeline, domain) if domain else True
-        return {"pid": judge.process.pid, "busy": busy, "ready": judge.alive()}
+        return {"pid": judge.process.pid, "busy": busy, "ready": judge.alive() and is_healthy(judge.root_url)}
     actor = pipeline.clusters.rewards[domain].workers[0]
     h = _get(actor.health.remote())
     busy = _get(actor.metrics.remote(reset=False))["in_flight"] > 0
     if fault == "reward":
         return {"pid": h["pid"], "busy": busy, "ready": True}
     if fault == "sandbox":
-        return {"pid": h["sandbox_pid"], "busy": busy, "ready": h["sandbox_alive"]}
+        return {"pid": h["sandbox_pid"], "busy": busy, "ready": h["sandbox_alive"] and is_healthy(h["sandbox_url"])}
     raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
 
 
@@ -90,15 +91,26 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def outliving(pids: list[int], grace_s: float) -> list[int]:
+    """Those of `pids` still alive after `grace_s`. The children of a SIGKILLed process get their own SIGKILL (the
+    process group killed before a restart, or their parent-death signal), and a process holding gigabytes takes
+    a moment to exit: only one still there after the grace is an orphan."""
+    deadline = time.monotonic() + grace_s
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
 class Injector(threading.Thread):
     """Kills the planned targets of `plan` [(fault, domain, step), ...] as `pipeline.run()` reaches each step."""
 
     def __init__(self, pipeline, plan: list[tuple[str, str | None, int]], busy_timeout_s: float = 120.0,
-                 recover_timeout_s: float = 600.0):
+                 recover_timeout_s: float = 600.0, orphan_grace_s: float = 10.0):
         super().__init__(daemon=True, name="rlvr-chaos")
         self.pipeline = pipeline
         self.injections = [Injection(f, d, s) for f, d, s in plan]
         self.busy_timeout_s, self.recover_timeout_s = busy_timeout_s, recover_timeout_s
+        self.orphan_grace_s = orphan_grace_s
         self.errors: list[str] = []
         self._halt = threading.Event()
         self._settled = threading.Condition()
@@ -113,9 +125,17 @@ class Injector(threading.Thread):
         """Blocks until every injection planned before `step` has been sent and its target is back (or given up
         on): a pipeline that calls this at the start of each step never overlaps two recoveries."""
         before = sum(i.step < step for i in self.injections)
-        with self._settled:
-            self._settled.wait_for(lambda: len(self.injections) - self._pending >= before or self._halt.is_set(),
-                                   timeout_s)
+        settled = lambda: len(self.injections) - self._pending >= before or self._halt.is_set()  # noqa: E731
+        waiter = self.pipeline.waiter
+        end = time.monotonic() + timeout_s
+        # Called by the driver between steps: it keeps supervising meanwhile, as in any of its waits. A server
+        # killed after the step's last request is only brought back by the driver's supervisor, so waiting here
+        # without ticking would wait for a recovery that cannot happen.
+        while time.monotonic() < end:
+            with self._settled:
+                if self._settled.wait_for(settled, min(waiter.poll_s, max(0.0, end - time.monotonic()))):
+                    return
+            waiter.run_tick()
 
     def run(self) -> None:
         try:
@@ -167,7 +187,7 @@ class Injector(threading.Thread):
                 inj.new_pid = st["pid"]
                 break
             time.sleep(0.1)
-        inj.orphans = [c for c in self._children if _alive(c)]
+        inj.orphans = outliving(self._children, self.orphan_grace_s)
 
 
 class RecordingPipeline(RLVRPipeline):

@@ -10,9 +10,11 @@ import shutil
 import signal
 import time
 
+import psutil
 import pytest
 
 from rlvr.data.types import Prompt, Sample
+from rlvr.pipeline.chaos import outliving
 from rlvr.workers.rewards.base import RewardLimits
 from rlvr.workers.rewards.code_sandbox import CodeSandboxRewardWorker
 from tests.chaos.harness import run_with_faults
@@ -40,15 +42,19 @@ def test_sandbox_server_killed_mid_flight_is_restarted_and_runs_retried():
         while worker.metrics()["in_flight"] < 8:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)  # the first programs are running inside the server
+        children.extend(c.pid for c in psutil.Process(killed).children(recursive=True))
+        assert children  # sandboxes were running: the orphan check below is not vacuous
         os.kill(killed, signal.SIGKILL)
         return await asyncio.gather(*tasks)
 
+    children: list[int] = []
     try:
         results = asyncio.run(scenario())
         assert [r.status for r in results] == ["ok"] * 8 and all(r.reward == 1.0 for r in results)
         health, metrics = worker.health(), worker.metrics()
         assert health["sandbox_pid"] != killed and health["sandbox_alive"]
         assert metrics["faults/sandbox_restarts"] == 1 and metrics["retries"] >= 1
+        assert outliving(children, grace_s=10) == []  # its sandboxes died with it (bwrap --die-with-parent)
     finally:
         worker.close()
     assert not worker.health()  # closed: no server left
@@ -70,6 +76,7 @@ def test_judge_server_killed_mid_step_is_restarted_by_the_driver(tiny_model_dir,
     try:
         (inj,) = run.injections
         assert inj.busy and inj.recover_s is not None and inj.new_pid != inj.pid
+        assert inj.orphans == []  # nothing the killed judge started outlived it
         assert [r["step"] for r in run.train_records()] == [0, 1]
         assert run.total("faults/judge/restarts") == 1
         for r in run.train_records():  # every sample got its verdict: the requests cut by the kill were retried

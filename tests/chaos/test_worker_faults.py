@@ -48,6 +48,7 @@ def test_worker_faults_mid_step_are_survived(tiny_model_dir, ray_local, tmp_path
         assert not run.errors
         for inj in run.injections:  # each killed with requests in flight, and back under a new pid
             assert inj.busy and inj.recover_s is not None and inj.new_pid != inj.pid, inj
+            assert inj.orphans == [], inj  # nothing the killed process started outlived it
         train = run.train_records()
         assert [r["step"] for r in train] == [0, 1, 2, 3]  # each step once, none skipped
         for r in train:  # ... with its whole batch, every sample scored

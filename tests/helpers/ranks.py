@@ -11,34 +11,68 @@ import pytest
 import torch
 
 
-def _rank_then_leave(rank: int, fn: Callable, *args) -> None:
+def _rank_then_leave(rank: int, log_dir: str, fn: Callable, *args) -> None:
     """A rank that exits with its gloo group up can abort in gloo's thread teardown (SIGABRT, "terminate called
-    without an active exception"; tests/integration/test_dist_exit.py): every rank leaves the group first."""
+    without an active exception"; tests/integration/test_dist_exit.py): every rank leaves the group first. A rank
+    that finished its work then skips the interpreter's teardown (os._exit), where C++ destructors of whatever
+    DeepSpeed and gloo still hold would run beside their threads: CI (stop 18) saw a two-rank DeepSpeed run's rank 0
+    abort once even with the group left, with no stack kept, so where is not known; faulthandler now prints every
+    thread's Python stack if a rank aborts anywhere. The rank's output goes to `log_dir`/rank<r>.log, whose tail
+    spawn_ranks puts into the failure message."""
+    import faulthandler
+    import sys
+
     from rlvr.backends import dist as rdist
 
+    log = os.open(os.path.join(log_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    for fd in (1, 2):
+        os.dup2(log, fd)
+    faulthandler.enable(all_threads=True)
     try:
         fn(rank, *args)
+        rdist.barrier()  # no rank tears down while a peer still finishes its last collective
     finally:
         rdist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # results are on disk (the ranks write files); an exception above still reaches spawn's handler
 
 
 def spawn_ranks(fn: Callable, world_size: int, args: tuple, timeout_s: float = 900) -> None:
     """Runs fn(rank, world_size, port, *args) in `world_size` spawned processes joined through a free port; fails
-    the test (and kills them) past the timeout. Results travel through files the ranks write."""
+    the test (and kills them) when a rank dies or past the timeout, with the tail of every rank's output in the
+    message (a CI log keeps little more than that). Results travel through files the ranks write."""
+    import tempfile
+
     import torch.multiprocessing as mp
 
     from rlvr.backends.dist import free_port
 
     if not torch.cuda.is_available():
         os.environ["DS_ACCELERATOR"] = "cpu"  # inherited by the spawned processes
-    ctx = mp.start_processes(_rank_then_leave, args=(fn, world_size, free_port(), *args), nprocs=world_size,
-                             start_method="spawn", join=False)
-    deadline = time.time() + timeout_s
-    while not ctx.join(timeout=5):
-        if time.time() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"world_size {world_size}: ranks did not finish in {timeout_s}s")
+    with tempfile.TemporaryDirectory(prefix="ranks-") as log_dir:
+        ctx = mp.start_processes(_rank_then_leave, args=(log_dir, fn, world_size, free_port(), *args),
+                                 nprocs=world_size, start_method="spawn", join=False)
+        deadline = time.time() + timeout_s
+        try:
+            while not ctx.join(timeout=5):
+                if time.time() > deadline:
+                    for p in ctx.processes:
+                        p.kill()
+                    pytest.fail(f"world_size {world_size}: ranks did not finish in {timeout_s}s"
+                                f"{_output_tails(log_dir, world_size)}", pytrace=False)
+        except (mp.ProcessExitedException, mp.ProcessRaisedException) as err:
+            pytest.fail(f"world_size {world_size}: {err}{_output_tails(log_dir, world_size)}", pytrace=False)
+
+
+def _output_tails(log_dir: str, world_size: int, lines: int = 60) -> str:
+    parts = []
+    for rank in range(world_size):
+        path = os.path.join(log_dir, f"rank{rank}.log")
+        text = open(path, errors="replace").read() if os.path.exists(path) else "(no output)"
+        parts.append(f"\n--- rank {rank}, last {lines} lines of its output ---\n"
+                     + "\n".join(text.splitlines()[-lines:]))
+    return "".join(parts)
 
 
 def _flat(d: dict[str, torch.Tensor], keys) -> torch.Tensor:

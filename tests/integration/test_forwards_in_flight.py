@@ -11,6 +11,7 @@ from rlvr.config import config_from_dict
 from rlvr.pipeline.build import Clusters
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from rlvr.workers.cluster import Cluster
+from rlvr.workers.supervision import Waiter
 from tests.conftest import tiny_config
 from tests.helpers.fakes import BarrierForTest, FakeForwardWorkerForTest
 from tests.helpers.groups import group
@@ -29,6 +30,7 @@ def test_reference_old_logprobs_and_values_are_computed_together(ray_local, tiny
                 for name, value in (("actor_train", -1.0), ("reference", -2.0), ("critic", 0.5))}
     driver = object.__new__(RLVRPipeline)  # only what forwards() reads
     driver.cfg = cfg
+    driver.waiter = Waiter()
     driver.clusters = Clusters(clusters["actor_train"], None, clusters["reference"], clusters["critic"], {})
     batch, _, _ = make_train_batch({"arithmetic": [group("arithmetic", "g", [1.0, 0.0])]}, ["arithmetic"],
                                    pad_id=0, seed=0)

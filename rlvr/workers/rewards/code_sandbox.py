@@ -117,6 +117,7 @@ class CodeSandboxRewardWorker(RewardWorker):
         if self._server is None:
             return {}
         return {"sandbox_pid": self._server.pid, "sandbox_alive": self._server.alive(),
+                "sandbox_url": self._server.url,
                 "sandbox_restarts": self._server.restarts}
 
     def metrics(self) -> dict[str, float]:
