@@ -42,15 +42,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from rlvr.sim import OVERLAP_MODES as MODES  # noqa: E402  (light: the spawned judge re-imports this script)
+
 RECIPE_FLOOR_OVER_COMPUTE = 410 / 250
 WARMUP_STEPS = 2
-MODES = {
-    "sync": dict(mini_batch_pipeline=False, one_step_off_policy=False, streaming_rewards=False),
-    "pipeline": dict(mini_batch_pipeline=True, one_step_off_policy=False, streaming_rewards=False),
-    "off-policy": dict(mini_batch_pipeline=False, one_step_off_policy=True, streaming_rewards=False),
-    "both": dict(mini_batch_pipeline=True, one_step_off_policy=True, streaming_rewards=False),
-    "streaming": dict(mini_batch_pipeline=True, one_step_off_policy=True, streaming_rewards=True),
-}
+JUDGE_TIMEOUT_S = 120.0  # reward.timeout_s: no call comes near it here
 
 
 # ---------------------------------------------------------------------------------------------------- judge
@@ -58,14 +54,15 @@ def serve_judge(port: int, low: mp.Value, high: mp.Value, peak: mp.Value) -> Non
     """The stand-in judge (own process): OpenAI chat completions, latency U(low, high) per request."""
     from aiohttp import web
 
-    rng, active = random.Random(0), [0]
+    rng, active, draws = random.Random(0), [0], []
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
         active[0] += 1
         peak.value = max(peak.value, active[0])
+        draws.append(rng.uniform(low.value, high.value))
         try:
-            await asyncio.sleep(rng.uniform(low.value, high.value))
+            await asyncio.sleep(draws[-1])
         finally:
             active[0] -= 1
         digest = hashlib.sha256(json.dumps(body["messages"]).encode()).digest()
@@ -74,8 +71,15 @@ def serve_judge(port: int, low: mp.Value, high: mp.Value, peak: mp.Value) -> Non
                                   "choices": [{"index": 0, "finish_reason": "stop",
                                                "message": {"role": "assistant", "content": verdict}}]})
 
+    async def taken(request: web.Request) -> web.Response:
+        """The latencies drawn since the last call, in arrival order (what a simulation replays)."""
+        out = list(draws)
+        draws.clear()
+        return web.json_response(out)
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/draws", taken)
     web.run_app(app, host="127.0.0.1", port=port, print=None, handle_signals=False)
 
 
@@ -88,7 +92,7 @@ def free_port() -> int:
 # ---------------------------------------------------------------------------------------------------- runs
 def config_tree(model_dir: str, out: str, url: str, args, mode: dict) -> dict:
     judge = {"worker": "rlvr.workers.rewards.llm_judge.LLMJudgeRewardWorker", "max_concurrency": args.concurrency,
-             "timeout_s": 120, "args": {"base_url": url, "cache_size": 0, "max_tokens": 4}}
+             "timeout_s": JUDGE_TIMEOUT_S, "args": {"base_url": url, "cache_size": 0, "max_tokens": 4}}
     return {
         "run": {"max_steps": args.steps, "eval_every": 0, "save_every": 0, "output_dir": out, "name": "bench",
                 "progress_bar": False, "seed": 1},
@@ -109,6 +113,7 @@ def config_tree(model_dir: str, out: str, url: str, args, mode: dict) -> dict:
 
 
 def run_mode(tree: dict) -> list[dict]:
+    """Every step's metrics of one run (steps 0..N-1)."""
     from rlvr.config import config_from_dict
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
@@ -117,13 +122,22 @@ def run_mode(tree: dict) -> list[dict]:
         run_dir = pipeline.run()
     finally:
         pipeline.close()
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in records if r["step"] >= WARMUP_STEPS]
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def mean(records: list[dict], key: str) -> float:
-    values = [r[key] for r in records if key in r]
+    """Mean of `key` over the steady steps (from WARMUP_STEPS on)."""
+    values = [r[key] for r in records if key in r and r["step"] >= WARMUP_STEPS]
     return sum(values) / len(values) if values else float("nan")
+
+
+def judge_draws(url: str) -> list[float]:
+    """The latencies the stand-in judge drew since the last call, in arrival order; the call clears them."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url.removesuffix("/v1") + "/draws", timeout=10) as response:
+        return json.loads(response.read())
 
 
 def main() -> None:
@@ -134,6 +148,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--save", type=Path, help="write the settings, every step's metrics and the judge's drawn "
+                        "latencies per mode here (JSON): bench/async_at_scale.py --measured replays them")
     args = parser.parse_args()
 
     import ray
@@ -164,10 +180,12 @@ def main() -> None:
         floor_target = compute * RECIPE_FLOOR_OVER_COMPUTE
         mu = floor_target * args.concurrency / samples
         low.value, high.value = 2 * mu / 41, 80 * mu / 41  # U(a, 40a) with mean mu, as 1-40 s in the recipe
-        rows = []
+        rows, saved = [], {}
         for name, mode in MODES.items():
             peak.value = 0
+            judge_draws(url)  # clears what earlier runs drew
             records = run_mode(config_tree(model_dir, str(work / name), url, args, mode))
+            saved[name] = {"records": records, "draws": judge_draws(url)}
             rows.append((name, mean(records, "time/step"), mean(records, "timing/reward_floor"),
                          mean(records, "timing/reward_wait"), mean(records, "timing/overlap"),
                          mean(records, "judge/reward/mean"), peak.value))
@@ -179,6 +197,12 @@ def main() -> None:
           f"latency=U({low.value:.3f}, {high.value:.3f}) s compute/step={compute:.2f} s "
           f"floor target={floor_target:.2f} s steps={args.steps} (mean of steps {WARMUP_STEPS}..{args.steps - 1}) "
           f"model=random Llama h{args.hidden} L{args.layers} machine={platform.machine()} cpus={mp.cpu_count()}")
+    if args.save:
+        settings = {"prompts": args.prompts, "group_size": 5, "mini_batches": 4, "engine_batches": 4,
+                    "concurrency": args.concurrency, "deadline_s": JUDGE_TIMEOUT_S, "steps": args.steps,
+                    "warmup_steps": WARMUP_STEPS, "low": low.value, "high": high.value}
+        args.save.write_text(json.dumps({"settings": settings, "calibration": calib, "modes": saved}))
+        print(f"saved to {args.save}")
     print("| mode | step s | vs sync | floor s | bound s | step / bound | reward wait s | overlap s | "
           "judge peak in flight | mean reward |")
     print("|---|---|---|---|---|---|---|---|---|---|")
