@@ -20,7 +20,8 @@ and off-policy's last step has no next rollout to generate.
 
 Agreement. `--measured` takes bench/async_reward.py's saved run (its settings, every step's metrics and the
 latencies its stand-in judge drew, per mode) and simulates each mode at those settings: compute phases are the
-calibration run's means (weight sync, generation, the old-logprob pass, batching + advantages + training), each
+calibration run's means (weight sync, generation, the old-logprob pass, batching + advantages + training; a second
+calibration with behaviour logprobs gives what generation costs more in the modes that anchor on them), each
 mode replays the latencies its judge drew in call order plus the transport overhead (worker-side mean latency -
 judge-side mean draw, from the sync run: overlapped runs log reward latencies per step over calls that finished
 in the step, which the mean of step means weighs unevenly). The step times, averaged over the same steps, must agree
@@ -96,8 +97,10 @@ def measured_spec(saved: dict, name: str) -> SimSpec:
     """The simulation of bench/async_reward.py's run of mode `name` at that run's settings."""
     s, calib, run = saved["settings"], saved["calibration"], saved["modes"][name]
 
-    def phase(*keys: str) -> float:
-        return sum(_steady_mean(calib, f"time/{k}", s["warmup_steps"]) for k in keys)
+    def phase(*keys: str, records: list[dict] = calib) -> float:
+        return sum(_steady_mean(records, f"time/{k}", s["warmup_steps"]) for k in keys)
+
+    behaviour = saved.get("calibration_behaviour") or calib
 
     sync = saved["modes"]["sync"]  # there each step's reward metrics cover exactly its own calls
     offset = (_steady_mean(sync["records"], f"{DOMAIN}/reward/latency/mean", 0)
@@ -107,6 +110,7 @@ def measured_spec(saved: dict, name: str) -> SimSpec:
                    steps=s["steps"], warmup_steps=s["warmup_steps"],
                    latency=LatencyModel("uniform", low=s["low"], high=s["high"], offset_s=max(offset, 0.0)),
                    model_update_s=phase("model_update"), generate_s=phase("generate"),
+                   behaviour_logprobs_s=max(0.0, phase("generate", records=behaviour) - phase("generate")),
                    old_logprobs_s=phase("forwards"), train_s=phase("batch", "advantages", "train"),
                    replay_latencies=tuple(run["draws"]))
 
@@ -122,7 +126,11 @@ def agreement_table(path: Path) -> bool:
     print(f"\n### Simulation vs measurement: {path}\n")
     print(f"samples/step={s['prompts'] * s['group_size']} concurrency={s['concurrency']} "
           f"latency=U({s['low']:.3f}, {s['high']:.3f}) s steps={s['steps']} "
-          f"(mean of steps {s['warmup_steps']}..{s['steps'] - 1}, as measured)\n")
+          f"(mean of steps {s['warmup_steps']}..{s['steps'] - 1}, as measured)")
+    p = measured_spec(saved, "sync")
+    print(f"calibrated seconds per step: weight sync {p.model_update_s:.2f}, generation {p.generate_s:.2f} "
+          f"(+{p.behaviour_logprobs_s:.2f} with behaviour logprobs), old-logprob pass {p.old_logprobs_s:.2f}, "
+          f"training {p.train_s:.2f}\n")
     print("| mode | measured step s | simulated step s | simulated / measured | measured reward wait s | "
           "simulated reward wait s | transport overhead ms |")
     print("|---|---|---|---|---|---|---|")

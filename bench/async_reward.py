@@ -33,6 +33,7 @@ import json
 import multiprocessing as mp
 import platform
 import random
+import shutil
 import socket
 import sys
 import tempfile
@@ -90,7 +91,7 @@ def free_port() -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- runs
-def config_tree(model_dir: str, out: str, url: str, args, mode: dict) -> dict:
+def config_tree(model_dir: str, out: str, url: str, args, mode: dict, return_logprobs: bool = False) -> dict:
     judge = {"worker": "rlvr.workers.rewards.llm_judge.LLMJudgeRewardWorker", "max_concurrency": args.concurrency,
              "timeout_s": JUDGE_TIMEOUT_S, "args": {"base_url": url, "cache_size": 0, "max_tokens": 4}}
     return {
@@ -104,7 +105,7 @@ def config_tree(model_dir: str, out: str, url: str, args, mode: dict) -> dict:
         "rollout": {"prompts_per_step": args.prompts, "group_size": 5},
         # generation in several engine batches, as a large rollout is: streaming can start rewards early
         "generation": {"max_new_tokens": args.max_new_tokens, "temperature": 1.0,
-                       "max_batch_size": args.prompts * 5 // 4},
+                       "max_batch_size": args.prompts * 5 // 4, "return_logprobs": return_logprobs},
         "actor_train": {"lr": 1e-5, "micro_batch_size": args.prompts * 5 // 4,
                         "mini_batch_size": args.prompts * 5 // 4, "bf16_autocast": False},
         "algorithm": {"preset": "grpo"},
@@ -175,6 +176,9 @@ def main() -> None:
              runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
     try:
         calib = run_mode(config_tree(model_dir, str(work / "calib"), url, args, MODES["sync"]))
+        # what generation costs more with behaviour logprobs (the overlapped modes anchor on them): for --save
+        calib_behaviour = (run_mode(config_tree(model_dir, str(work / "calib_b"), url, args, MODES["sync"], True))
+                           if args.save else [])
         compute = mean(calib, "timing/compute")
         samples = args.prompts * 5
         floor_target = compute * RECIPE_FLOOR_OVER_COMPUTE
@@ -192,6 +196,7 @@ def main() -> None:
     finally:
         ray.shutdown()
         server.terminate()
+        shutil.rmtree(work, ignore_errors=True)  # the model and the runs: the tables below hold what counts
 
     print(f"\nsamples/step={samples} ({args.prompts} prompts x 5) mini-batches=4 concurrency={args.concurrency} "
           f"latency=U({low.value:.3f}, {high.value:.3f}) s compute/step={compute:.2f} s "
@@ -201,7 +206,8 @@ def main() -> None:
         settings = {"prompts": args.prompts, "group_size": 5, "mini_batches": 4, "engine_batches": 4,
                     "concurrency": args.concurrency, "deadline_s": JUDGE_TIMEOUT_S, "steps": args.steps,
                     "warmup_steps": WARMUP_STEPS, "low": low.value, "high": high.value}
-        args.save.write_text(json.dumps({"settings": settings, "calibration": calib, "modes": saved}))
+        args.save.write_text(json.dumps({"settings": settings, "calibration": calib,
+                                         "calibration_behaviour": calib_behaviour, "modes": saved}))
         print(f"saved to {args.save}")
     print("| mode | step s | vs sync | floor s | bound s | step / bound | reward wait s | overlap s | "
           "judge peak in flight | mean reward |")
@@ -209,7 +215,7 @@ def main() -> None:
     sync_step = rows[0][1]
     for name, step, floor, wait, overlap, reward, in_flight in rows:
         bound = max(compute, floor)
-        print(f"| {name} | {step:.2f} | {1 - step / sync_step:+.1%} | {floor:.2f} | {bound:.2f} | "
+        print(f"| {name} | {step:.2f} | {step / sync_step - 1:+.1%} | {floor:.2f} | {bound:.2f} | "
               f"{step / bound:.2f} | {wait:.2f} | {overlap:.2f} | {in_flight} | {reward:.3f} |")
 
 

@@ -51,6 +51,9 @@ class SimSpec:
     train_s: float  # all mini-batches of a step (advantages included)
     model_update_s: float = 0.0
     old_logprobs_s: float = 0.0  # the extra forward pass of the synchronous loop with several mini-batches
+    # what generation costs more when samples carry behaviour logprobs (the overlapped modes anchor on them): one
+    # more forward pass in HFEngine; about free in vLLM, which returns the sampled tokens' logprobs as it goes
+    behaviour_logprobs_s: float = 0.0
     group_size: int = 5
     mini_batches: int = 4
     engine_batches: int = 4  # generation finishes in this many waves (HFEngine batches of samples / waves)
@@ -73,16 +76,18 @@ class SimSpec:
         return self.samples * self.latency.expected(self.deadline_s) / self.concurrency
 
     def compute(self, mode: dict[str, bool]) -> float:
-        """Device seconds per step in `mode`: the old-logprob pass runs only in the synchronous form (the
-        overlapped modes anchor on the behaviour logprobs)."""
+        """Device seconds per step in `mode`: the old-logprob pass runs only in the synchronous form; the
+        overlapped modes anchor on the behaviour logprobs, which generation returns."""
         anchored = mode["mini_batch_pipeline"] or mode["one_step_off_policy"]
-        return self.model_update_s + self.generate_s + self.train_s + (0.0 if anchored else self.old_logprobs_s)
+        extra = self.behaviour_logprobs_s if anchored else self.old_logprobs_s
+        return self.model_update_s + self.generate_s + self.train_s + extra
 
     def bound(self, mode: dict[str, bool]) -> float:
         return max(self.compute(mode), self.floor)
 
     def seconds(self, phase: str, step: int) -> float:
-        """Simulated seconds of `phase` (model_update_s, generate_s, old_logprobs_s, train_s) at `step`."""
+        """Simulated seconds of `phase` (model_update_s, generate_s, behaviour_logprobs_s, old_logprobs_s,
+        train_s) at `step`."""
         if step < len(self.trace) and phase in self.trace[step]:
             return self.trace[step][phase]
         return getattr(self, phase)

@@ -93,3 +93,14 @@ def test_steady_window_skips_the_warm_up_and_optionally_the_last_step():
     records = [{"step": i, "x": float(i)} for i in range(5)]
     assert steady(records, spec, "x") == 3.0  # steps 2, 3, 4
     assert steady(records, spec, "x", drop_last=True) == 2.5  # steps 2, 3
+
+
+def test_behaviour_logprobs_cost_generation_time_only_where_the_ratio_anchors_on_them():
+    spec = SimSpec(prompts_per_step=4, concurrency=2, latency=LatencyModel("uniform", low=0.1, high=0.2),
+                   generate_s=3.0, behaviour_logprobs_s=2.0, old_logprobs_s=1.0, train_s=1.0, steps=3)
+    span = {name: [r[f"{DOMAIN}/timing/generate_span"] for r in simulate(spec, OVERLAP_MODES[name])]
+            for name in ("sync", "pipeline")}
+    assert span["sync"] == pytest.approx([3.0] * 3, abs=0.03)  # sync: the trainer's old-logprob pass instead
+    assert span["pipeline"] == pytest.approx([5.0] * 3, abs=0.03)
+    assert spec.compute(OVERLAP_MODES["sync"]) == pytest.approx(5.0)
+    assert spec.compute(OVERLAP_MODES["pipeline"]) == pytest.approx(6.0)

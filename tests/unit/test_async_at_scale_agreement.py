@@ -19,6 +19,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "async_at_scale.py"
 SETTINGS = dict(prompts=4, group_size=5, mini_batches=4, engine_batches=4, concurrency=2, deadline_s=120.0,
                 steps=5, warmup_steps=2, low=0.2, high=2.0)  # compute and rewards both matter
 OFFSET_S = 0.03  # the transport overhead the "measured" calls carry on top of the judge's draws
+BEHAVIOUR_S = 2.0  # what generation costs more when it returns behaviour logprobs (the overlapped modes)
 
 
 def _bench():
@@ -28,18 +29,23 @@ def _bench():
     return module
 
 
-def _spec(latency: LatencyModel, draws: tuple[float, ...] = (), slow: float = 1.0) -> SimSpec:
+def _spec(latency: LatencyModel, draws: tuple[float, ...] = (), slow: float = 1.0, generate_s: float = 6.0
+          ) -> SimSpec:
     s = SETTINGS
     return SimSpec(prompts_per_step=s["prompts"], group_size=5, concurrency=s["concurrency"], latency=latency,
-                   generate_s=6.0 * slow, train_s=4.0 * slow, model_update_s=0.5 * slow, old_logprobs_s=1.0 * slow,
-                   steps=s["steps"], replay_latencies=draws)
+                   generate_s=generate_s * slow, train_s=4.0 * slow, model_update_s=0.5 * slow,
+                   old_logprobs_s=1.0 * slow, behaviour_logprobs_s=BEHAVIOUR_S * slow, steps=s["steps"],
+                   replay_latencies=draws)
 
 
 def _saved(tmp_path: Path, slow_modes: tuple[str, ...] = ()) -> Path:
-    """A saved 'measurement': a calibration with instant rewards, then each mode with the judge's draws."""
+    """A saved 'measurement': a calibration with instant rewards (and one whose generation returns behaviour
+    logprobs: sync itself never asks for them), then each mode with the judge's draws."""
     samples = SETTINGS["prompts"] * 5 * SETTINGS["steps"]
     rng = np.random.default_rng(0)
-    calibration = simulate(_spec(LatencyModel("uniform", low=0.0, high=0.0)), OVERLAP_MODES["sync"])
+    instant = LatencyModel("uniform", low=0.0, high=0.0)
+    calibration = simulate(_spec(instant), OVERLAP_MODES["sync"])
+    behaviour = simulate(_spec(instant, generate_s=6.0 + BEHAVIOUR_S), OVERLAP_MODES["sync"])
     modes = {}
     for name, mode in OVERLAP_MODES.items():
         draws = tuple(float(x) for x in rng.uniform(SETTINGS["low"], SETTINGS["high"], samples))
@@ -47,7 +53,8 @@ def _saved(tmp_path: Path, slow_modes: tuple[str, ...] = ()) -> Path:
         records = simulate(_spec(latency, draws, slow=2.0 if name in slow_modes else 1.0), mode)
         modes[name] = {"records": records, "draws": list(draws)}
     path = tmp_path / "measured.json"
-    path.write_text(json.dumps({"settings": SETTINGS, "calibration": calibration, "modes": modes}))
+    path.write_text(json.dumps({"settings": SETTINGS, "calibration": calibration,
+                                "calibration_behaviour": behaviour, "modes": modes}))
     return path
 
 
@@ -58,6 +65,7 @@ def test_a_known_run_is_reproduced_from_its_saved_form(tmp_path, capsys):
     assert spec.generate_s == pytest.approx(6.0, abs=0.02)  # + the engine's 5 ms gathering per wave
     assert spec.train_s == pytest.approx(4.0)
     assert spec.old_logprobs_s == pytest.approx(1.0)  # the sync loop's old-logprob pass (time/forwards)
+    assert spec.behaviour_logprobs_s == pytest.approx(BEHAVIOUR_S, abs=0.02)
     assert spec.model_update_s == pytest.approx(0.5)
     assert spec.latency.offset_s == pytest.approx(OFFSET_S, abs=1e-3)
     assert bench.agreement_table(tmp_path / "measured.json")
