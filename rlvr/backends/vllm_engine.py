@@ -59,10 +59,13 @@ def vllm_available() -> bool:
 class VLLMEngine:
     def __init__(self, model_path: str, dtype: str = "float32", max_batch_size: int = 64, seed: int = 0, *,
                  max_model_len: int = 1024, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5,
-                 enforce_eager: bool | None = None, omp_threads: int | None = None, **engine_kwargs: Any):
+                 enforce_eager: bool | None = None, omp_threads: int | None = None, tensor_parallel_size: int = 1,
+                 **engine_kwargs: Any):
         """`kv_cache_gib` sizes the KV cache on CPU, `gpu_memory_utilization` on GPU. `omp_threads`: the model
         worker's OpenMP threads (None: all cores). `enforce_eager` None: True on CPU (inductor compilation costs
-        minutes of start-up for little gain on small models). Other keywords go to vLLM's `AsyncEngineArgs`."""
+        minutes of start-up for little gain on small models). `tensor_parallel_size` > 1: that many model worker
+        processes beside this one (vLLM's multiprocessing executor, on the GPUs this process sees), never Ray's
+        executor, which would ask the Ray cluster for GPUs of its own. Other keywords go to `AsyncEngineArgs`."""
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # no core pinning on a box shared with training
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm import AsyncEngineArgs
@@ -74,7 +77,10 @@ class VLLMEngine:
                     max_num_seqs=max_batch_size, max_num_batched_tokens=max(max_model_len, 4096),
                     enable_chunked_prefill=False, logprobs_mode="processed_logprobs",
                     worker_extension_cls=f"{__name__}._WorkerExtension", disable_log_stats=True,
-                    enforce_eager=on_cpu if enforce_eager is None else enforce_eager)
+                    enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                    tensor_parallel_size=tensor_parallel_size)
+        if tensor_parallel_size > 1:
+            args["distributed_executor_backend"] = "mp"
         if on_cpu:
             args["kv_cache_memory_bytes"] = int(kv_cache_gib * (1 << 30))
         else:
@@ -101,6 +107,7 @@ class VLLMEngine:
         self._inflight: dict[str, asyncio.Future] = {}  # request id -> its abort signal
         self._gate = _Gate(self.stats)
         self._setup: asyncio.Future | None = None
+        self.weight_group_ranks = tensor_parallel_size  # each model worker process is a weight-sync rank
 
     # ------------------------------------------------------------------ interface
     async def generate(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
@@ -151,6 +158,28 @@ class VLLMEngine:
             if any(count != len(tensors) for count in loaded):
                 raise RuntimeError(f"weight sync: the workers read {loaded} of {len(tensors)} tensors")
             await self.llm.reset_prefix_cache()  # its KV blocks were computed with the old weights
+            self._version = version
+
+    async def join_weight_group(self, address: tuple[str, int], rank_offset: int, world_size: int, backend: str,
+                                timeout_s: float) -> None:
+        """Every model worker process joins actor_train's weight-sync group (rlvr/backends/weight_sync.py), as
+        rank `rank_offset` + its tensor-parallel rank: the group ends where the weights live."""
+        from rlvr.backends.dist import node_ip
+
+        await self._ensure_setup()
+        await self.llm.collective_rpc("rlvr_join_weight_group",
+                                      args=(tuple(address), rank_offset, world_size, backend, timeout_s, node_ip()))
+
+    async def receive_weights(self, version: int) -> None:
+        """The weights actor_train rank 0 broadcasts for `version`, loaded in place by every model worker (as
+        `load_weights`, without the file); a name the engine needs but the sender lacks raises KeyError once the
+        broadcast is drained, before anything is loaded."""
+        await self._ensure_setup()
+        async with self._gate.exclusive():
+            loaded = await self.llm.collective_rpc("rlvr_receive_weights", args=(version, self._expected))
+            if any(count != len(self._expected) for count in loaded):
+                raise RuntimeError(f"weight sync: the workers read {loaded} of {len(self._expected)} tensors")
+            await self.llm.reset_prefix_cache()
             self._version = version
 
     def policy_version(self) -> int:
@@ -401,16 +430,53 @@ class _WorkerExtension:
 
     def rlvr_load_weights(self, path: str) -> int:
         from safetensors import safe_open
+
+        def weights():
+            with safe_open(path, "pt") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+
+        return self._rlvr_reload(weights())
+
+    def rlvr_join_weight_group(self, address: tuple[str, int], rank_offset: int, world_size: int, backend: str,
+                               timeout_s: float, host: str) -> int:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        from rlvr.backends.weight_sync import WeightGroup
+
+        rank = rank_offset + get_tensor_model_parallel_rank()
+        if getattr(self, "_rlvr_group", None) is not None:
+            self._rlvr_group.close()
+        self._rlvr_group = WeightGroup.join(address, rank, world_size, backend, host, timeout_s)
+        return rank
+
+    def rlvr_receive_weights(self, version: int, expected: list[str]) -> int:
+        from rlvr.backends.weight_sync import check_names
+
+        group = self._rlvr_group
+        plan = group.plan(version)
+        missing = check_names(plan, expected)
+        if missing:
+            group.drain(plan)
+            raise KeyError(f"weight sync is missing {len(missing)} parameters, e.g. {missing[:3]}")
+        wanted = set(expected)
+        stream = group.receive(plan)
+        count = self._rlvr_reload((name, t) for name, t in stream if name in wanted)
+        for _ in stream:  # buckets the loader did not ask for: the sender waits until every rank has them
+            pass
+        return count
+
+    def _rlvr_reload(self, named_tensors) -> int:
+        """vLLM's in-place reload from (name, tensor) pairs in checkpoint format; returns how many were read."""
         from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
         count = 0
 
         def weights():
             nonlocal count
-            with safe_open(path, "pt") as f:
-                for name in f.keys():
-                    count += 1
-                    yield name, f.get_tensor(name)
+            for name, tensor in named_tensors:
+                count += 1
+                yield name, tensor
 
         # vLLM's in-place reload: model.load_weights plus the post-load processing (CPU weight prepacking). Its
         # "Failed to load weights" warnings for the rotary cache and a tied lm_head are expected: the caller

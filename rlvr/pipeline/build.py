@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 from datetime import datetime
 from pathlib import Path
 
@@ -23,8 +24,12 @@ from rlvr.envs.base import check_args, resolve_env_class
 from rlvr.rollout.episode import EpisodeRunner, env_prompts
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
+from rlvr.pipeline.local_servers import reachable_url
+from rlvr.pipeline.weight_sync import WeightSync
 from rlvr.workers.cluster import Cluster
 from rlvr.workers.critic import CriticWorker
+from rlvr.workers.infer_router import InferRouter
+from rlvr.workers.placement import Planner
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.reward_actor import RewardActor, resolve_reward_class
 from rlvr.workers.supervision import Waiter
@@ -122,6 +127,21 @@ class Clusters:
     reference: Cluster | None
     critic: Cluster | None
     rewards: dict[str, Cluster]
+    planner: Planner | None = None
+    router: Any = None  # InferRouter actor when there are several inference workers
+    weight_sync: WeightSync | None = None
+
+    @property
+    def infer_endpoints(self) -> list:
+        """What the schedulers send requests to: the router, or the one inference worker."""
+        return [self.router] if self.router is not None else list(self.actor_infer.workers)
+
+    def release(self) -> None:
+        """After the clusters are killed: the router and every placement group of the run."""
+        if self.router is not None:
+            ray.kill(self.router, no_restart=True)
+        if self.planner is not None:
+            self.planner.release()
 
 
 def start_local_judge(cfg: Config, log_dir: Path | None = None
@@ -138,33 +158,14 @@ def start_local_judge(cfg: Config, log_dir: Path | None = None
     server_args = ["--threads", str(js.threads)] if js.threads else []
     handle = start_judge_server(resolve_model_path(js.model, cfg.model.cache_dir), prefer_vllm=js.prefer_vllm,
                                 startup_timeout_s=js.startup_timeout_s, server_args=server_args,
-                                vllm_args=js.vllm_args, log_dir=log_dir)
+                                vllm_args=js.vllm_args, log_dir=log_dir, host=js.host)
+    handle.url = reachable_url(handle.url, js.host)  # reward workers on other nodes call it here
     log.info("local judge server for %s at %s (%s)", local, handle.url, handle.backend)
     if console.active() is not None:  # its errors on the console as they happen (its output is in log_dir)
         console.active().follow(handle.log_dir / "stderr.log", f"judge_server pid={handle.process.pid}")
     for d in local:
         rewards[d] = rewards[d].model_copy(update={"args": {**rewards[d].args, "base_url": handle.url}})
     return handle, rewards
-
-
-def train_gpus_per_worker(cfg: Config) -> tuple[float, float]:
-    """GPUs per rank of actor_train (the reference takes the same) and of the critic: num_gpus_per_worker, or
-    (None) 1 when the Ray cluster has GPUs; an error, not a hang, when the cluster has too few for them all."""
-    have = ray.cluster_resources().get("GPU", 0.0)
-
-    def per_worker(t) -> float:
-        return t.num_gpus_per_worker if t.num_gpus_per_worker is not None else (1.0 if have >= 1 else 0.0)
-
-    t, c = cfg.actor_train, cfg.critic
-    actor, critic = per_worker(t), per_worker(c)
-    need = actor * (t.world_size + (1 if cfg.needs_reference else 0))
-    need += critic * c.world_size if cfg.algorithm.needs_critic else 0.0
-    if need > have:
-        parts = [f"actor_train world_size {t.world_size}"] + (["reference"] if cfg.needs_reference else [])
-        parts += [f"critic world_size {c.world_size}"] if cfg.algorithm.needs_critic else []
-        raise ConfigError(f"actor_train.num_gpus_per_worker: {need:g} GPUs needed ({' + '.join(parts)}), the Ray "
-                          f"cluster has {have:g}")
-    return actor, critic
 
 
 def critic_model_path(cfg: Config, actor_model_path: str) -> str:
@@ -176,28 +177,49 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
                    waiter: Waiter | None = None) -> Clusters:
     for domain, reward in rewards_cfg.items():
         resolve_reward_class(domain, reward)  # fail on a bad import path before starting anything
-    gpus, critic_gpus = train_gpus_per_worker(cfg)
-    # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
+    planner = Planner(cfg)  # actor_train first: clusters colocated with it join its placement group
     # Trainer ranks hold optimizer state and form a process group: not restartable (a death stops the run).
     # Inference and reward workers are: Ray restarts them and their requests are sent again (docs/faults.md).
     restarts = cfg.faults.max_restarts
-    actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
-                          num_gpus=gpus, rendezvous=True, waiter=waiter)
-    actor_infer = Cluster("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
-                          max_concurrency=1000, max_restarts=restarts, waiter=waiter)
-    reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, num_gpus=gpus, rendezvous=True,
-                         waiter=waiter) if cfg.needs_reference else None)
-    critic = None
-    if cfg.algorithm.needs_critic:  # a trainer, like actor_train: not restartable
-        critic = Cluster("critic", CriticWorker, cfg.critic.world_size, cfg, critic_model_path(cfg, model_path),
-                         num_gpus=critic_gpus, rendezvous=True, waiter=waiter)
-    elif cfg.critic.model_fields_set:
-        log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
-                    cfg.algorithm.adv_estimator)
-    rewards = {domain: Cluster(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
-                               max_concurrency=1000, max_restarts=restarts, waiter=waiter)
-               for domain, reward in rewards_cfg.items()}
-    return Clusters(actor_train, actor_infer, reference, critic, rewards)
+    try:
+        # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
+        actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
+                              rendezvous=True, waiter=waiter, placement=planner.actor_train())
+        actor_infer = Cluster("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
+                              max_concurrency=1000, max_restarts=restarts, waiter=waiter,
+                              placement=planner.actor_infer())
+        reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, rendezvous=True, waiter=waiter,
+                             placement=planner.reference()) if cfg.needs_reference else None)
+        critic = None
+        if cfg.algorithm.needs_critic:  # a trainer, like actor_train: not restartable
+            critic = Cluster("critic", CriticWorker, cfg.critic.world_size, cfg, critic_model_path(cfg, model_path),
+                             rendezvous=True, waiter=waiter, placement=planner.critic())
+        elif cfg.critic.model_fields_set:
+            log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
+                        cfg.algorithm.adv_estimator)
+        rewards = {domain: Cluster(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
+                                   max_concurrency=1000, max_restarts=restarts, waiter=waiter,
+                                   placement=planner.reward(domain))
+                   for domain, reward in rewards_cfg.items()}
+        clusters = Clusters(actor_train, actor_infer, reference, critic, rewards, planner)
+        clusters.weight_sync = WeightSync(cfg, actor_train, actor_infer, waiter or Waiter())
+        if len(actor_infer) > 1:
+            clusters.router = start_router(cfg, planner, actor_infer)
+    except BaseException:
+        planner.release()  # the actors in them go too
+        raise
+    return clusters
+
+
+def start_router(cfg: Config, planner: Planner, actor_infer: Cluster):
+    """The inference router the schedulers share (several inference workers), where the schedulers go: their
+    resources, or (placement group) scheduler 0's bundle, asking for nothing. Restartable: it holds no state but
+    counters, and its constructor gets the workers' handles again."""
+    where = planner.scheduler().for_rank(0)
+    if "scheduling_strategy" in where:
+        where = {"num_cpus": 0, "scheduling_strategy": where["scheduling_strategy"]}
+    return ray.remote(InferRouter).options(max_concurrency=1000, max_restarts=cfg.faults.max_restarts,
+                                           **where).remote(actor_infer.workers)
 
 
 def build_episode_runners(cfg: Config, tokenizer) -> dict[str, EpisodeRunner]:

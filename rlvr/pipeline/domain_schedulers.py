@@ -21,6 +21,7 @@ from rlvr.config import Config
 from rlvr.data.types import Group
 from rlvr.pipeline.faults import FaultLog
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler, SchedulerRestarted
+from rlvr.workers.placement import Planner
 from rlvr.workers.supervision import Waiter, WorkerFault, call_resent
 
 LOST = (RayActorError, SchedulerRestarted)  # the actor died, or was restarted and not restored yet
@@ -41,10 +42,13 @@ class _RestorePoint:
 
 class DomainSchedulers:
     def __init__(self, cfg: Config, data: dict, infer_workers: list, reward_workers: dict[str, list],
-                 waiter: Waiter, events: FaultLog, episodes: dict | None = None):
-        """`episodes`: an EpisodeRunner per env domain (rlvr/rollout/episode.py); its scheduler plays, not scores.
-        Every call waits through `waiter`, hence in its runtime's time (Ray's, or the simulator's: rlvr/sim)."""
+                 waiter: Waiter, events: FaultLog, episodes: dict | None = None, placement: Planner | None = None):
+        """`infer_workers`: the actor_infer workers, or the router in front of several (rlvr/workers/
+        infer_router.py). `episodes`: an EpisodeRunner per env domain (rlvr/rollout/episode.py); its scheduler
+        plays, not scores. `placement`: where the actors go (rlvr/workers/placement.py). Every call waits through
+        `waiter`, hence in its runtime's time (Ray's, or the simulator's: rlvr/sim)."""
         self.waiter, self.events, self.faults = waiter, events, cfg.faults
+        self.planner = placement
         self.actors = self._start_actors(cfg, data, infer_workers, reward_workers, episodes or {})
         self.running: dict[str, dict[int, _Step]] = {d: {} for d in self.actors}
         self.points: dict[str, dict[int, _RestorePoint]] = {d: {} for d in self.actors}
@@ -56,13 +60,14 @@ class DomainSchedulers:
                       episodes: dict) -> dict[str, Any]:
         """One restartable DynamicSamplingScheduler actor per domain (the simulator puts local ones instead)."""
         options = {"num_cpus": 0, "max_concurrency": 1000, "max_restarts": cfg.faults.max_restarts}
-        remote = ray.remote(DynamicSamplingScheduler).options(**options)
+        where = self.planner.scheduler() if self.planner is not None else None
+        remote = ray.remote(DynamicSamplingScheduler)
         # The data go to the object store once, and stay referenced here: a restarted actor gets its constructor
         # arguments from there again (Ray cannot restart it if they went out of scope).
         self._data = {d: (ray.put(data[d].train), ray.put(data[d].val)) for d in cfg.domains}
-        return {d: remote.remote(d, *self._data[d], infer_workers, reward_workers.get(d, []), cfg,
-                                 episodes=episodes.get(d))
-                for d in cfg.domains}
+        return {d: remote.options(**{**options, **(where.for_rank(i) if where else {})}).remote(
+                    d, *self._data[d], infer_workers, reward_workers.get(d, []), cfg, episodes=episodes.get(d))
+                for i, d in enumerate(cfg.domains)}
 
     @property
     def domains(self) -> list[str]:

@@ -22,14 +22,17 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import ray
 from ray.exceptions import RayActorError
 
 from rlvr.config import FaultsConfig
 from rlvr.pipeline import checkpoint
+from rlvr.pipeline.local_servers import reachable_url
 from rlvr.workers.supervision import DeadlineExceeded, Waiter, WorkerFault, gather_resent
 
 log = logging.getLogger(__name__)
@@ -86,14 +89,20 @@ class Supervisor:
         self.judge = None
         self.judge_rewards: list = []  # reward actors whose worker talks to the local judge server
         self._weights: tuple[Any, int] | None = None  # the last synced weights (a ref) and their version
+        # Where a restarted actor_infer worker gets weights when no sync kept them in the object store (the
+        # collective weight sync, rlvr/pipeline/weight_sync.py): called when one comes back; (ref, version) or None.
+        self.weight_source: Callable[[], tuple[Any, int] | None] | None = None
+        self.sandbox = None  # the shared sandbox server (rlvr/pipeline/local_servers.py), whose restarts it counts
+        self._sandbox_restarts = 0
+        self.sandbox_rewards: list = []  # reward actors that use it
         self._judge_restarts = 0
         waiter.tick, waiter.describe = self.tick, self.describe
 
-    def watch(self, clusters, judge=None, rewards_cfg: dict | None = None) -> None:
-        """What to watch: the actor_infer and reward workers, and the local judge server with the reward actors
-        that use it (those whose config got its URL). Waits until every worker is up (model loaded), so that
-        start-up, which may take minutes, is bounded by faults.restart_timeout_s and not charged to the first
-        step's deadlines."""
+    def watch(self, clusters, judge=None, rewards_cfg: dict | None = None, sandbox=None) -> None:
+        """What to watch: the actor_infer and reward workers, the local judge server and the shared sandbox server
+        with the reward actors that use them (those whose config got their URL). Waits until every worker is up
+        (model loaded), so that start-up, which may take minutes, is bounded by faults.restart_timeout_s and not
+        charged to the first step's deadlines."""
         self.infer = list(clusters.actor_infer.workers)
         self.workers = [_Watched(f"actor_infer/{i}", w, True) for i, w in enumerate(self.infer)]
         self.workers += [_Watched(f"reward/{d}/{i}", w, False) for d, c in clusters.rewards.items()
@@ -106,6 +115,11 @@ class Supervisor:
         if judge is not None and rewards_cfg:
             self.judge_rewards = [w for d, r in rewards_cfg.items() if r.args.get("base_url") == judge.url
                                   for w in clusters.rewards[d].workers]
+        self.sandbox = sandbox
+        if sandbox is not None and rewards_cfg:
+            self.sandbox_rewards = [w for d, r in rewards_cfg.items() if r.args.get("url") == sandbox.url
+                                    for w in clusters.rewards[d].workers]
+            sandbox.users = self.sandbox_rewards
 
     # ------------------------------------------------------------------ weights
     def push_weights(self, weights: ray.ObjectRef, version: int) -> None:
@@ -123,6 +137,13 @@ class Supervisor:
         for w in self.workers:
             self._check_worker(w, now)
         self._check_judge()
+        self._check_sandbox()
+
+    def _check_sandbox(self) -> None:
+        """The shared sandbox server restarts itself (its watcher thread); here its restarts are recorded."""
+        if self.sandbox is not None and self.sandbox.restarts > self._sandbox_restarts:
+            self._sandbox_restarts = self.sandbox.restarts
+            self.events.record("sandbox", "restarts", url=self.sandbox.url)
 
     def _check_worker(self, w: _Watched, now: float) -> None:
         if w.push is not None:
@@ -145,12 +166,18 @@ class Supervisor:
                                   f": {err}") from err
             return
         restarted = w.pid is not None and health["pid"] != w.pid  # None: first sight of it (during start-up)
-        if w.needs_weights and health["needs_weights"] and self._weights is not None:
-            w.push = w.handle.load_weights.remote(*self._weights)  # recorded once the weights are in
+        weights = self._restart_weights() if w.needs_weights and health["needs_weights"] else None
+        if weights is not None:
+            w.push = w.handle.load_weights.remote(*weights)  # recorded once the weights are in
             w.down_since = w.down_since or now
         elif restarted:
             self._recovered(w, now)
         w.pid = health["pid"]
+
+    def _restart_weights(self) -> tuple[Any, int] | None:
+        if self._weights is not None:
+            return self._weights
+        return self.weight_source() if self.weight_source is not None else None
 
     def _check_push(self, w: _Watched, now: float) -> None:
         if not self.waiter.runtime.wait([w.push], timeout=0)[0]:
@@ -164,6 +191,12 @@ class Supervisor:
 
     def _recovered(self, w: _Watched, now: float) -> None:
         seconds = None if w.down_since is None else now - w.down_since
+        # A restarted reward actor has its config's server URLs: a server restarted on another port meanwhile
+        # answers elsewhere.
+        if self.judge is not None and w.handle in self.judge_rewards:
+            w.handle.set_base_url.remote(self.judge.url)
+        if self.sandbox is not None and w.handle in self.sandbox_rewards:
+            w.handle.set_sandbox_url.remote(self.sandbox.url)
         component, _, index = w.name.rpartition("/")
         self.events.record(component, "restarts", seconds=seconds, worker=int(index))
         w.down_since = None
@@ -185,6 +218,7 @@ class Supervisor:
         start = self.waiter.runtime.now()
         old_url, code = judge.url, judge.process.returncode
         judge.restart()
+        judge.url = reachable_url(judge.url, urlsplit(judge.url).hostname or "")  # bound to 0.0.0.0: this node's
         self._judge_restarts += 1
         if judge.url != old_url:
             self.waiter.get([a.set_base_url.remote(judge.url) for a in self.judge_rewards], "judge URL update")

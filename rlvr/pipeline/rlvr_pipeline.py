@@ -27,6 +27,7 @@ from rlvr.pipeline.build import (build_clusters, build_episode_runners, load_dom
                                  start_local_judge, start_ray)
 from rlvr.pipeline.domain_schedulers import DomainSchedulers
 from rlvr.pipeline.faults import FATAL_FAULTS, FaultLog, Supervisor, run_stopped
+from rlvr.pipeline.local_servers import start_local_sandbox
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
@@ -34,6 +35,7 @@ from rlvr.pipeline.system_metrics import SystemMonitor, throughput_metrics
 from rlvr.pipeline.trackers import Trackers
 from rlvr.schedulers.quotas import allocate_quotas
 from rlvr.workers.cluster import Cluster
+from rlvr.workers.placement import write_placement
 from rlvr.workers.runtime import RAY
 from rlvr.workers.supervision import Waiter
 
@@ -78,11 +80,14 @@ class RLVRPipeline:
         self.faults = FaultLog(self.run_dir / "faults.jsonl")
         self.supervisor = Supervisor(cfg.faults, self.waiter, self.faults)
         self.judge_server, rewards_cfg = start_local_judge(cfg, log_dir=self.run_dir / "logs" / "judge_server")
+        self.sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
         self.clusters = build_clusters(cfg, self.model_path, rewards_cfg, self.waiter)
-        self.supervisor.watch(self.clusters, self.judge_server, rewards_cfg)
-        self.schedulers = DomainSchedulers(cfg, self.data, self.clusters.actor_infer.workers,
+        self.supervisor.watch(self.clusters, self.judge_server, rewards_cfg, self.sandbox_server)
+        self.clusters.weight_sync.supervise(self.supervisor, self.faults)
+        self.schedulers = DomainSchedulers(cfg, self.data, self.clusters.infer_endpoints,
                                            {d: c.workers for d, c in self.clusters.rewards.items()},
-                                           self.waiter, self.faults, episodes)
+                                           self.waiter, self.faults, episodes, placement=self.clusters.planner)
+        write_placement(self.run_dir, self.clusters, self.schedulers.actors)
         self.domains = list(cfg.domains)  # the order of the batch's domain_index
         self.advantages = AdvantageStep(cfg)  # KL controller and running reward moments live across steps
         self.step, self.quota_credit, run_id = 0, {}, None
@@ -237,23 +242,24 @@ class RLVRPipeline:
 
     # ------------------------------------------------------------------ phases
     def model_update(self) -> dict[str, float]:
-        """actor_train -> actor_infer weights (through the object store, no driver copy), then a parity check."""
-        weights, *others = self.clusters.actor_train.call("weights_for_sync")  # every rank (ZeRO gathers); rank 0's
-        self.supervisor.push_weights(weights, self.step)
-        self.waiter.get(others, "actor_train.weights_for_sync")
+        """actor_train -> actor_infer weights (collective broadcast, or the object store), then a parity check."""
+        metrics = self.clusters.weight_sync.push(self.step)
         every = self.cfg.actor_train.weight_sync_check_every
         if not every or self.step % every:
-            return {}
+            return metrics
         diff = self.weight_sync_diff()
         tolerance = 1e-3 if self.cfg.generation.dtype == "float32" else 0.5
         if diff > tolerance:
             raise RuntimeError(f"weight sync check failed at step {self.step}: actor_infer logprobs differ from "
                                f"actor_train by {diff:.3g} (> {tolerance})")
-        return {"actor/weight_sync_logprob_max_diff": diff}
+        return {**metrics, "actor/weight_sync_logprob_max_diff": diff}
 
     def weight_sync_diff(self) -> float:
-        train = self.clusters.actor_train.collective("sequence_logprobs", [self.sync_probe])[0]
-        infers = self.clusters.actor_infer.gather("sequence_logprobs", [self.sync_probe])
+        # both sides at once (each is one short forward): the probe costs the slower of the two, not their sum
+        train = self.clusters.actor_train.collective_async("sequence_logprobs", [self.sync_probe])
+        infer = self.clusters.actor_infer.call("sequence_logprobs", [self.sync_probe])
+        train = self.clusters.actor_train.collected(train, "sequence_logprobs")[0]
+        infers = self.waiter.get(infer, "actor_infer.sequence_logprobs")
         return max(abs(a - b) for infer in infers for a, b in zip(train[1:], infer[0][1:]))
 
     def val(self) -> dict[str, float]:
@@ -331,6 +337,8 @@ class RLVRPipeline:
             ("schedulers", self.schedulers.kill),
             ("clusters", lambda: [c.kill() for c in (clusters.actor_train, clusters.actor_infer, clusters.reference,
                                                      clusters.critic, *clusters.rewards.values()) if c is not None]),
+            ("router and placement groups", clusters.release),
             ("judge server", lambda: self.judge_server is not None and self.judge_server.stop()),
+            ("sandbox server", lambda: self.sandbox_server is not None and self.sandbox_server.stop()),
             ("ray", lambda: self.owns_ray and ray.shutdown()),
         ])

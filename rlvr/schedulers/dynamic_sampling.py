@@ -146,7 +146,9 @@ class DynamicSamplingScheduler:
         self.episodes = episodes
         self.train_prompts = train_prompts
         self.val_prompts = val_prompts[: cfg.validation.max_prompts_per_domain]
-        self.val_in_flight = cfg.generation.max_in_flight_per_worker * max(1, len(infer_workers))
+        # as many validation prompts in flight as the workers admit (a router stands for all of them)
+        self.val_in_flight = cfg.generation.max_in_flight_per_worker * max(1, len(infer_workers),
+                                                                           cfg.generation.world_size)
         self.infer = infer_workers
         self.rewards = reward_workers
         self.rollout = cfg.rollout

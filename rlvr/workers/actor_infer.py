@@ -38,7 +38,7 @@ def build_engine(cfg: Config, model_path: str, seed: int):
                       max_model_len=v.max_model_len or max([cfg.data.max_prompt_length + longest + 1, *episodes]),
                       kv_cache_gib=v.kv_cache_gib, gpu_memory_utilization=v.gpu_memory_utilization,
                       enforce_eager=v.enforce_eager, omp_threads=threads,
-                      enable_prefix_caching=v.enable_prefix_caching)
+                      enable_prefix_caching=v.enable_prefix_caching, tensor_parallel_size=gen.tensor_parallel_size)
 
 
 class ActorInferWorker:
@@ -80,6 +80,16 @@ class ActorInferWorker:
         restarted and still waits for the current weights."""
         return {"pid": os.getpid(), "restarted": self.restarted, "needs_weights": not self.weights.ready,
                 "version": self.engine.policy_version(), "in_flight": self.admission.in_flight}
+
+    async def join_weight_group(self, address: tuple[str, int], rank_offset: int, world_size: int, backend: str,
+                                timeout_s: float) -> None:
+        await self.engine.join_weight_group(address, rank_offset, world_size, backend, timeout_s)
+
+    async def receive_weights(self, version: int) -> None:
+        """A collective sync (rlvr/pipeline/weight_sync.py): every member receives, also one that has newer weights
+        already (the sender waits for all); a restarted worker serves again once they are in."""
+        await self.engine.receive_weights(version)
+        self.weights.loaded()
 
     async def policy_version(self) -> int:
         return self.engine.policy_version()

@@ -95,6 +95,26 @@ class ActorTrainWorker(_PolicyForward):
     def weights_for_sync(self) -> dict[str, torch.Tensor]:
         return self.strategy.named_parameters_for_sync(self.infer_dtype)
 
+    # Weight sync over a collective group (rlvr/backends/weight_sync.py): rank 0 hosts the group and sends.
+    def host_weight_group(self, world_size: int, backend: str, timeout_s: float) -> tuple[str, int]:
+        from rlvr.backends.dist import node_ip
+        from rlvr.backends.weight_sync import WeightGroup
+
+        if getattr(self, "weight_group", None) is not None:
+            self.weight_group.close()  # a new group replaces the old one (a bench re-forms it with fewer workers)
+        self.weight_group = WeightGroup.host_group(world_size, backend, node_ip(), timeout_s)
+        return self.weight_group.address
+
+    def connect_weight_group(self) -> None:
+        self.weight_group.connect()  # blocks until every inference rank has joined
+
+    def broadcast_weights(self, version: int, bucket_bytes: int) -> dict[str, float]:
+        """Every rank takes part (ZeRO gathers the full weights); rank 0 broadcasts them."""
+        weights = self.weights_for_sync()
+        if self.rank != 0:
+            return {}
+        return self.weight_group.send(weights, version, bucket_bytes)
+
     def save(self, directory: str) -> None:
         self.strategy.save(directory)
 

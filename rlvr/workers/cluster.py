@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from rlvr.workers.supervision import Waiter
 
+if TYPE_CHECKING:
+    from rlvr.workers.placement import Placement
+
 
 class Cluster:
     def __init__(self, name: str, worker_cls: type, world_size: int, *args: Any,
                  num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None,
-                 rendezvous: bool = False, max_restarts: int = 0, waiter: Waiter | None = None, **kwargs: Any):
+                 rendezvous: bool = False, max_restarts: int = 0, waiter: Waiter | None = None,
+                 placement: Placement | None = None, **kwargs: Any):
         """rendezvous=True: the workers form one process group. Each gets `rank` and `world_size`; rank 0 picks
         an address and a free port on its own node (`rendezvous_address()`), and every rank joins through it in
         `setup(master_addr, master_port)`, called on all ranks at once (joining blocks until all have come).
         max_restarts: Ray restarts a worker that dies this many times (its constructor runs again); calls in
         flight at its death fail, later ones wait for it. Every wait of `gather` and friends goes through `waiter`
         (a deadline, and supervision while waiting), and so through the waiter's runtime (Ray, or the simulator's
-        virtual time: rlvr/sim)."""
+        virtual time: rlvr/sim). `placement` (rlvr/workers/placement.py) gives each rank its Ray resources and
+        placement-group bundle; it replaces num_cpus / num_gpus, and the cluster releases the placement group it
+        owns in `kill`."""
         # num_cpus=0 by default: workers of different phases take turns on the same cores, and Ray must not
         # refuse to place them on a 2-core machine; the torch thread count is set inside each worker.
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts}
@@ -30,8 +36,9 @@ class Cluster:
         self.waiter = waiter or Waiter()
         if rendezvous:
             kwargs = {**kwargs, "world_size": world_size}
-        self.workers = [remote_cls.options(**options).remote(*args, rank=rank, **kwargs)
-                        for rank in range(world_size)]
+        self.placement = placement
+        self.workers = [remote_cls.options(**{**options, **(placement.for_rank(rank) if placement else {})})
+                        .remote(*args, rank=rank, **kwargs) for rank in range(world_size)]
         if rendezvous:
             master_addr, master_port = self.waiter.get(self.workers[0].rendezvous_address.remote(),
                                                        f"{name}: rendezvous address")
@@ -73,3 +80,5 @@ class Cluster:
     def kill(self) -> None:
         for w in self.workers:
             ray.kill(w, no_restart=True)
+        if self.placement is not None:
+            self.placement.release()

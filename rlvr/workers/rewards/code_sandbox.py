@@ -74,7 +74,7 @@ class CodeSandboxRewardWorker(RewardWorker):
         else:
             if url is None:
                 self._server = LocalSandboxServer(max_parallel=max_parallel, max_restarts=server_restarts,
-                                                  on_restart=self._server_moved)
+                                                  on_restart=self.server_moved)
                 url = self._server.start()
             # The HTTP deadline is the base class's per-attempt deadline: a slow queue is a timeout, not a hang.
             self._client = HTTPSandboxClient(url, timeout_s=self.limits.timeout_s)
@@ -109,7 +109,8 @@ class CodeSandboxRewardWorker(RewardWorker):
             return
         await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, server.ensure_running))
 
-    def _server_moved(self, url: str) -> None:
+    def server_moved(self, url: str) -> None:
+        """The sandbox server answers at a new address (restarted on another port): calls go there."""
         logger.warning("sandbox server restarted at %s", url)
         self._client.url = self.url = url
 

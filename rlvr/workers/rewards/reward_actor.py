@@ -53,5 +53,9 @@ class RewardActor:
         """A restarted server answers at a new address (the local judge server): the worker's client follows."""
         self.worker.base_url = url
 
+    async def set_sandbox_url(self, url: str) -> None:
+        """The shared sandbox server (rlvr/pipeline/local_servers.py) was restarted on another port."""
+        self.worker.server_moved(url)
+
     async def close(self) -> None:
         self.worker.close()
