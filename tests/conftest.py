@@ -10,6 +10,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run only where torch sees a CUDA device."""
+    gpu_tests = [item for item in items if "gpu" in item.keywords]
+    if not gpu_tests:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu)")
+        for item in gpu_tests:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def default_model_dir() -> str:
     from rlvr.models.default_model import ensure_default_model
