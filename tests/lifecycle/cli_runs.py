@@ -11,7 +11,9 @@ from tests.conftest import tiny_config
 from tests.lifecycle.runwatch import RunWatch, run_dir_of
 
 # Metrics that measure time or concurrency, not what was trained: they differ between any two runs.
-TIMING_KEYS = ("time/", "system/", "timing/", "latency", "in_flight", "reward_span")
+# wall-clock metrics: what two runs of one seed may differ in (weight_sync/gb is the model's size, not a time)
+TIMING_KEYS = ("time/", "system/", "timing/", "latency", "in_flight", "reward_span", "weight_sync/seconds",
+               "weight_sync/gb_per_s")
 
 
 def write_config(tmp_path: Path, model_dir: str, name: str, **sections) -> Path:

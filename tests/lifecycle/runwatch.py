@@ -35,14 +35,21 @@ class Leftovers:
         return bool(self.processes or self.segments)
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class RunWatch:
     def __init__(self, config: Path, overrides: list[str], log: Path, env: dict[str, str] | None = None):
         self.log = log
         with open(log, "wb") as out:
             # A session of its own: os.killpg(pid, SIGINT) is what a terminal's Ctrl-C sends to a foreground job.
+            # SIGINT's default disposition too, as a foreground job has: a suite started in the background by a
+            # shell without job control (`bash -c "... &"`) inherits SIGINT ignored, Python then installs no
+            # KeyboardInterrupt handler, and the run would finish its steps through the test's Ctrl-C.
             self.proc = subprocess.Popen([sys.executable, "-m", "rlvr.start", "--config", str(config), *overrides],
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, **(env or {})})
+                                         env={**os.environ, **(env or {})}, preexec_fn=_interruptible)
         self.processes: dict[int, tuple[int, str]] = {}  # pid -> (start time, command line)
         self.segments: set[str] = set()
         self.observe()
