@@ -69,6 +69,38 @@ def test_two_steps_train_sync_and_log(tiny_model_dir, ray_local, tmp_path):
         pipeline.close()
 
 
+class WrongSyncPipeline(RLVRPipeline):
+    """Every weight sync leaves actor_infer with a corrupted final norm (a broken sync, made on purpose)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        push, infer = self.clusters.weight_sync.push, self.clusters.actor_infer
+
+        def push_then_corrupt(version: int) -> dict[str, float]:
+            metrics = push(version)
+            weights = self.clusters.actor_train.first("weights_for_sync")
+            infer.gather("load_weights", {**weights, "model.norm.weight": weights["model.norm.weight"] * 3}, version)
+            return metrics
+
+        self.clusters.weight_sync.push = push_then_corrupt
+
+
+def test_a_wrong_sync_stops_the_run_before_anything_learns_from_it(tiny_model_dir, ray_local, tmp_path):
+    """The logprob parity probe after the sync catches it: the run stops with the step and the difference, before
+    any update (the trainer's weights are untouched) and before any step is logged."""
+    tree = tiny_config(tiny_model_dir, str(tmp_path), run={"max_steps": 1, "eval_every": 0})
+    pipeline = WrongSyncPipeline(config_from_dict(tree))
+    try:
+        before = pipeline.clusters.actor_train.first("weights_for_sync")
+        with pytest.raises(RuntimeError, match="weight sync check failed at step 0"):
+            pipeline.run()
+        after = pipeline.clusters.actor_train.first("weights_for_sync")
+        assert all(torch.equal(before[n], after[n]) for n in before)  # no update ran
+        assert not (pipeline.run_dir / "metrics.jsonl").exists() or not read_metrics(pipeline.run_dir)
+    finally:
+        pipeline.close()
+
+
 def test_kl_term_starts_reference_and_is_logged(tiny_model_dir, ray_local, tmp_path):
     tree = tiny_config(tiny_model_dir, str(tmp_path), run={"max_steps": 1, "eval_every": 0},
                        algorithm={"preset": "grpo", "kl_loss_coef": 0.1, "entropy_coef": 0.0},
