@@ -317,10 +317,10 @@ class RLVRPipeline:
         return state["tracker_run_id"]
 
     def _make_sync_probe(self) -> list[int]:
-        """A fixed chat-formatted sequence whose logprobs both sides compute after every sync."""
-        messages = [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "2 + 3 = 5."}]
-        ids = self.tokenizer.apply_chat_template(messages, tokenize=True)
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        """A fixed short sequence whose logprobs both sides compute after every sync. Short: every weight takes
+        part whatever the length, and the probe is compute on both sides (on 2 CPU cores the default model's
+        48-token chat probe took a median 0.85 s per step, this one 0.38 s; docs/scaling.md)."""
+        return list(self.tokenizer("2 + 3 = 5. 4 + 4 = 8.")["input_ids"])
 
     def close(self) -> None:
         """Trackers flushed, reward pools and generation engines closed, every actor of this pipeline gone (the
