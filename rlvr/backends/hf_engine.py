@@ -61,7 +61,6 @@ class HFEngine:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-engine")
         self._next_id = 0
         self._group = None  # weight-sync group, once joined
-        self.weight_group_ranks = 1  # ranks this engine holds in a weight-sync group: the model is in-process
         self.stats = {"batches": 0, "sequences": 0, "tokens": 0, "busy_s": 0.0}
         self.seed = seed
         torch.manual_seed(seed)
@@ -108,16 +107,10 @@ class HFEngine:
 
     async def receive_weights(self, version: int) -> None:
         """The weights rank 0 broadcasts for `version`, loaded on the model thread (never during a batch)."""
-        from rlvr.backends.weight_sync import check_names
-
         group = self._group
 
         def load() -> None:
-            plan = group.plan(version)
-            missing = check_names(plan, [name for name, _ in self.model.named_parameters()])
-            if missing:
-                group.drain(plan)
-                raise KeyError(f"weight sync is missing {len(missing)} parameters, e.g. {missing[:3]}")
+            plan = group.plan_with(version, [name for name, _ in self.model.named_parameters()])
             self._load(dict(group.receive(plan)), version)
 
         await asyncio.get_running_loop().run_in_executor(self._thread, load)

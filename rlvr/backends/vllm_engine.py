@@ -107,7 +107,6 @@ class VLLMEngine:
         self._inflight: dict[str, asyncio.Future] = {}  # request id -> its abort signal
         self._gate = _Gate(self.stats)
         self._setup: asyncio.Future | None = None
-        self.weight_group_ranks = tensor_parallel_size  # each model worker process is a weight-sync rank
 
     # ------------------------------------------------------------------ interface
     async def generate(self, prompt_ids: list[int], n: int, sampling: SamplingParams,
@@ -451,14 +450,8 @@ class _WorkerExtension:
         return rank
 
     def rlvr_receive_weights(self, version: int, expected: list[str]) -> int:
-        from rlvr.backends.weight_sync import check_names
-
         group = self._rlvr_group
-        plan = group.plan(version)
-        missing = check_names(plan, expected)
-        if missing:
-            group.drain(plan)
-            raise KeyError(f"weight sync is missing {len(missing)} parameters, e.g. {missing[:3]}")
+        plan = group.plan_with(version, expected)
         wanted = set(expected)
         stream = group.receive(plan)
         count = self._rlvr_reload((name, t) for name, t in stream if name in wanted)

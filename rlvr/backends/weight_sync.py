@@ -190,6 +190,16 @@ class WeightGroup:
         for _ in self.receive(plan):
             pass
 
+    def plan_with(self, version: int, expected: list[str]) -> list[Bucket]:
+        """The plan for `version`, once it holds every name the receiver needs; otherwise the sync is drained (the
+        sender and the other ranks finish it) and KeyError names what is missing, before anything is loaded."""
+        plan = self.plan(version)
+        missing = check_names(plan, expected)
+        if missing:
+            self.drain(plan)
+            raise KeyError(f"weight sync is missing {len(missing)} parameters, e.g. {missing[:3]}")
+        return plan
+
 
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":

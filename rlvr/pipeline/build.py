@@ -6,9 +6,9 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -21,11 +21,11 @@ from rlvr.data.dataset import (BadRow, RowFormat, load_prompts, split_by_domain,
                                with_lines)
 from rlvr.data.types import Prompt
 from rlvr.envs.base import check_args, resolve_env_class
+from rlvr.pipeline.local_servers import reachable_url
+from rlvr.pipeline.weight_sync import WeightSync
 from rlvr.rollout.episode import EpisodeRunner, env_prompts
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
-from rlvr.pipeline.local_servers import reachable_url
-from rlvr.pipeline.weight_sync import WeightSync
 from rlvr.workers.cluster import Cluster
 from rlvr.workers.critic import CriticWorker
 from rlvr.workers.infer_router import InferRouter

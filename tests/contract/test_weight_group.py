@@ -8,7 +8,7 @@ import multiprocessing as mp
 
 import torch
 
-from rlvr.backends.weight_sync import WeightGroup, check_names
+from rlvr.backends.weight_sync import WeightGroup
 
 
 def weights(version: int) -> dict[str, torch.Tensor]:
@@ -21,11 +21,10 @@ def receiver(address, rank, world, expected, versions, out):
     try:
         group = WeightGroup.join(address, rank, world, "gloo", "127.0.0.1", 60)
         for version in versions:
-            plan = group.plan(version)
-            missing = check_names(plan, expected)
-            if missing:
-                group.drain(plan)
-                out.put((rank, version, "missing", missing))
+            try:
+                plan = group.plan_with(version, expected)  # drains and raises when a name is lacking
+            except KeyError:
+                out.put((rank, version, "missing", [n for n in expected if n not in weights(version)]))
                 continue
             got = dict(group.receive(plan))
             ok = all(torch.equal(got[n], t) for n, t in weights(version).items()) and len(plan) > 1
