@@ -3,9 +3,10 @@
     python -m rlvr.config_docs            # rewrite docs/config.md
     python -m rlvr.config_docs --check    # exit 1 if docs/config.md is out of date (tests/unit/test_config_docs.py)
 
-The meaning of a key is the comment written beside it (or in the lines right above it) in rlvr/config.py, and a
-section's is its class docstring; keys without a comment there take theirs from MEANINGS below. So a new key
-documents itself by its comment, and this command puts it in the reference.
+The meaning of a key is the comment written beside it (or in the lines right above it) in rlvr/config.py or the
+section modules it re-exports (config_algorithm.py, config_cluster.py), and a section's is its class docstring;
+keys without a comment there take theirs from MEANINGS below. So a new key documents itself by its comment, and
+this command puts it in the reference.
 """
 
 from __future__ import annotations
