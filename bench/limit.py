@@ -5,17 +5,19 @@
 1. rlvr: `RLVRPipeline` on local Ray with configs/math.yaml (default model, vLLM generation, the torch strategy,
    the math rule reward, weight sync + parity probe every step), --steps steps; each step's wall-clock time and
    its groups are recorded (the step's own phase times come from metrics.jsonl).
-2. The raw parts, for the same tokens of each step, in this process with no Ray, no scheduler, no sync:
+2. The raw parts, for the same tokens of each step, with no Ray, no scheduler, no sync:
    - generation: the same engine (`build_engine`, same settings) given every sample's prompt at once, each held
      to its recorded response length (min_tokens = max_tokens = length, EOS ignored);
    - train: `ActorTrainWorker.train` (the same strategy and loss) on the step's batch, built by the same
-     `make_train_batch` (timed apart: batching);
+     `make_train_batch` (timed apart: batching), in a process of its own;
    - reward: the domain's reward worker scoring every sample of the step at once.
+Interleaved: right after rlvr logs step s, the raw parts of step s run while the pipeline's actors sit idle, and
+rlvr's step s+1 is timed from when they finish. This machine's speed drifts by 20-30% over minutes (one fixed
+train call: 16.5-21.3 s); measured side by side step by step, the drift hits both sides alike.
 The ratio is rlvr's step / (generation + train + reward), per step, median over steps 1.. (step 0 warms up).
 The breakdown splits rlvr's step into weight sync, parity probe, batching, rollout (generation and rewards as
 the schedulers run them, through Ray), the train call (the actor's compute plus the Ray call) and the rest, each
-against its raw counterpart. Sums are of medians; the machine may be shared: ratios in one run hold, absolute
-times do not carry over.
+against its raw counterpart. Sums are of medians; ratios in one run hold, absolute times do not carry over.
 """
 
 from __future__ import annotations
@@ -36,19 +38,26 @@ sys.path.insert(0, str(REPO))
 
 
 def recording_pipeline():
-    """RLVRPipeline that keeps each step's groups and wall-clock end (bench only)."""
+    """RLVRPipeline that keeps each step's groups and times each step, running `between(step, groups, anchor)`
+    after each step is logged, outside the step's time (bench only)."""
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
     class Recording(RLVRPipeline):
-        def __init__(self, cfg):
+        def __init__(self, cfg, between):
             super().__init__(cfg)
             self.groups: dict[int, list] = {}
-            self.ends: dict[int, float] = {}
+            self.walls: dict[int, float] = {}
+            self.anchor: str | None = None
+            self.started = time.perf_counter()
             log = self.trackers.log
 
             def stamped(metrics, step):
                 log(metrics, step)
-                self.ends[step] = time.perf_counter()
+                if step in self.walls or step not in self.groups:
+                    return  # the final validation, or a step that trained nothing
+                self.walls[step] = time.perf_counter() - self.started
+                between(step, self.groups[step], self.anchor)
+                self.started = time.perf_counter()
 
             self.trackers.log = stamped
 
@@ -61,19 +70,6 @@ def recording_pipeline():
             return super().train_on(groups, timer, step_lr)
 
     return Recording
-
-
-def run_rlvr(cfg) -> tuple[list[float], dict[int, list], list[dict], str | None]:
-    pipeline = recording_pipeline()(cfg)
-    try:
-        start = time.perf_counter()
-        run_dir = pipeline.run()
-    finally:
-        pipeline.close()
-    ends = [start] + [pipeline.ends[s] for s in range(cfg.run.max_steps)]
-    walls = [b - a for a, b in zip(ends, ends[1:])]
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return walls, pipeline.groups, sorted(records, key=lambda r: r["step"]), getattr(pipeline, "anchor", None)
 
 
 async def raw_generation(engine, groups, temperature: float, tag: str) -> float:
@@ -100,56 +96,89 @@ async def raw_rewards(workers: dict, groups) -> float:
     return time.perf_counter() - start
 
 
-def raw_parts(cfg, model_path: str, groups_by_step: dict[int, list], steps: list[int], pad_id: int,
-              anchor: str | None) -> dict:
+def raw_trainer(conn, cfg, model_path: str) -> None:
+    """The raw train part in a process of its own, as a hand-written training loop would run: receives
+    (batch, anchor), does what the driver's step does around the update, sends back the seconds; None ends it.
+    Its own process, because in the driver's (Ray's driver, an engine client, the pipeline's state) the same
+    train call ran 0.7-3.3 s slower than rlvr's actor in 8 of 8 steps: a handicap of the raw side's, not a part."""
     from rlvr.backends.dist import rendezvous_address
     from rlvr.pipeline.advantage_step import AdvantageStep
-    from rlvr.pipeline.batching import make_train_batch
-    from rlvr.pipeline.rollout import by_domain
-    from rlvr.workers.actor_infer import build_engine
     from rlvr.workers.actor_train import ActorTrainWorker
-    from rlvr.workers.rewards.reward_actor import build_reward_worker
 
-    out = {k: {} for k in ("generation", "batching", "train", "reward")}
-    loop = asyncio.new_event_loop()
-    engine = build_engine(cfg, model_path, seed=0)
-    try:
-        loop.run_until_complete(raw_generation(engine, groups_by_step[steps[0]][:2], cfg.generation.temperature, "w"))
-        for step in steps:
-            out["generation"][step] = loop.run_until_complete(
-                raw_generation(engine, groups_by_step[step], cfg.generation.temperature, str(step)))
-    finally:
-        engine.shutdown()
     trainer = ActorTrainWorker(cfg, model_path)
-    advantages = AdvantageStep(cfg)
     trainer.setup(*rendezvous_address())
-    for i, step in enumerate([steps[0]] + steps):  # the first one warms up
+    advantages = AdvantageStep(cfg)
+    conn.send("ready")
+    while (job := conn.recv()) is not None:
+        batch, anchor = job
         start = time.perf_counter()
-        batch, _, _ = make_train_batch(by_domain(groups_by_step[step]), list(cfg.domains), pad_id, seed=step,
-                                       mask_truncated=cfg.rollout.mask_truncated)
-        batching = time.perf_counter() - start
-        start = time.perf_counter()
-        # what the driver's step does around the update: the old-policy forward when the config needs one, the
-        # advantages, then the update (no reference or critic in configs/math.yaml)
+        # the old-policy forward when the config needs one, the advantages, then the update (no reference or
+        # critic in configs/math.yaml)
         if anchor == "actor":
             batch = batch.with_tensor("old_logp", trainer.compute_logprobs(batch))
         elif anchor == "behaviour":
             batch = batch.with_tensor("old_logp", batch["behav_logp"])
         batch, _ = advantages(batch)
         trainer.train(batch)
-        if i:
-            out["batching"][step], out["train"][step] = batching, time.perf_counter() - start
-    del trainer
-    workers = {d: build_reward_worker(d, dc.reward) for d, dc in cfg.domains.items()}
-    try:
-        loop.run_until_complete(raw_rewards(workers, groups_by_step[steps[0]][:2]))
-        for step in steps:
-            out["reward"][step] = loop.run_until_complete(raw_rewards(workers, groups_by_step[step]))
-    finally:
-        for w in workers.values():
-            w.close()
-        loop.close()
-    return out
+        conn.send(time.perf_counter() - start)
+
+
+class RawParts:
+    """The raw parts, built once: an engine and the reward workers in this process, the trainer in a process of
+    its own. `measure` times them on one step's groups; the first call (step 0) warms each up and is not
+    reported."""
+
+    def __init__(self, cfg, model_path: str, pad_id: int):
+        import multiprocessing
+
+        from rlvr.workers.actor_infer import build_engine
+        from rlvr.workers.rewards.reward_actor import build_reward_worker
+
+        self.cfg, self.pad_id = cfg, pad_id
+        self.times: dict[str, dict[int, float]] = {k: {} for k in ("generation", "batching", "train", "reward")}
+        self.loop = asyncio.new_event_loop()
+        self.conn, child = multiprocessing.get_context("spawn").Pipe()
+        self.trainer = multiprocessing.get_context("spawn").Process(target=raw_trainer, args=(child, cfg, model_path),
+                                                                    daemon=True)
+        self.trainer.start()
+        if self.conn.recv() != "ready":
+            raise RuntimeError("the raw trainer did not start")
+        self.engine = build_engine(cfg, model_path, seed=0)
+        self.rewards = {d: build_reward_worker(d, dc.reward) for d, dc in cfg.domains.items()}
+
+    def measure(self, step: int, groups: list, anchor: str | None) -> None:
+        from rlvr.pipeline.batching import make_train_batch
+        from rlvr.pipeline.rollout import by_domain
+
+        run = self.loop.run_until_complete
+        generation = run(raw_generation(self.engine, groups, self.cfg.generation.temperature, str(step)))
+        start = time.perf_counter()
+        batch, _, _ = make_train_batch(by_domain(groups), list(self.cfg.domains), self.pad_id, seed=step,
+                                       mask_truncated=self.cfg.rollout.mask_truncated)
+        batching = time.perf_counter() - start
+        self.conn.send((batch, anchor))
+        train = self.conn.recv()
+        reward = run(raw_rewards(self.rewards, groups))
+        if step:
+            for key, value in (("generation", generation), ("batching", batching), ("train", train),
+                               ("reward", reward)):
+                self.times[key][step] = value
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+            self.trainer.join(timeout=60)
+            if self.trainer.is_alive():
+                self.trainer.kill()
+            self.engine.shutdown()
+            for worker in self.rewards.values():
+                worker.close()
+            pending = asyncio.all_tasks(self.loop)  # the engine's output handler
+            for task in pending:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        finally:
+            self.loop.close()
 
 
 def med(values) -> float:
@@ -174,11 +203,19 @@ def main() -> None:
             "run.progress_bar=false", "trackers.wandb=false", "trackers.tensorboard=false",
             f"generation.max_new_tokens={args.new_tokens}", *args.overrides])
         model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
-        walls, groups, records, anchor = run_rlvr(cfg)
-    steps = list(range(1, args.steps))
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    raw = raw_parts(cfg, model_path, groups, steps, tokenizer.pad_token_id or 0, anchor)
-    report(cfg, args, walls, groups, records, raw, steps)
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        raw = RawParts(cfg, model_path, tokenizer.pad_token_id or 0)
+        pipeline = None
+        try:
+            pipeline = recording_pipeline()(cfg, raw.measure)
+            run_dir = pipeline.run()
+        finally:
+            raw.close()  # first: the pipeline's guardian would kill this process's engine as a leftover
+            if pipeline is not None:
+                pipeline.close()
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in sorted(pipeline.walls) if s]
+    report(cfg, args, pipeline.walls, pipeline.groups, sorted(records, key=lambda r: r["step"]), raw.times, steps)
 
 
 def report(cfg, args, walls, groups, records, raw, steps) -> None:
@@ -219,8 +256,17 @@ def report(cfg, args, walls, groups, records, raw, steps) -> None:
         print(f"{name:<34} {' '.join(cells)}")
     print(f"{'step (wall clock)':<34} {med(walls[s] for s in steps):>8.2f} {med(raw_sum.values()):>8.2f} "
           f"{med(walls[s] for s in steps) - med(raw_sum.values()):>+10.2f}")
+    print(f"\n{'step':>4} {'rlvr s':>8} {'raw s':>8} {'ratio':>6}   {'sync+probe':>10} {'train rlvr':>10} "
+          f"{'train raw':>9} {'gen+rew rlvr':>12} {'gen+rew raw':>11}")
+    for s, r in zip(steps, ratios):
+        print(f"{s:>4} {walls[s]:>8.2f} {raw_sum[s]:>8.2f} {r:>6.3f}   {sync[s] + parity[s]:>10.2f} "
+              f"{train[s]:>10.2f} {raw['train'][s]:>9.2f} {rollout[s]:>12.2f} "
+              f"{raw['generation'][s] + raw['reward'][s]:>11.2f}")
+    certain = [(sync[s] + parity[s] + batching[s] + rest[s]) / raw_sum[s] for s in steps]
     per_step = ", ".join(f"{r:.3f}" for r in ratios)
-    print(f"\noverhead ratio rlvr / raw parts: median {med(ratios):.3f} (per step {per_step})"
+    print(f"\nthe overhead outside the measured parts (sync, probe, batching, rest) / raw parts: median "
+          f"{med(certain):.3f}")
+    print(f"overhead ratio rlvr / raw parts: median {med(ratios):.3f} (per step {per_step})"
           f"; target <= 1.10")
 
 
