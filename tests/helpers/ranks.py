@@ -35,6 +35,11 @@ def _rank_then_leave(rank: int, log_dir: str, fn: Callable, *args) -> None:
         rdist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
+    # multiprocessing's exit handlers, which os._exit skips: they unlink the named semaphores this rank created
+    # (tqdm's write lock, made by transformers' "Loading weights" bar). Left to the pytest process's resource
+    # tracker instead, a few of them outlived full suites in /dev/shm.
+    from multiprocessing import util
+    util._run_finalizers(0)
     os._exit(0)  # results are on disk (the ranks write files); an exception above still reaches spawn's handler
 
 
