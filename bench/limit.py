@@ -137,9 +137,9 @@ class RawParts:
         self.cfg, self.pad_id = cfg, pad_id
         self.times: dict[str, dict[int, float]] = {k: {} for k in ("generation", "batching", "train", "reward")}
         self.loop = asyncio.new_event_loop()
-        self.conn, child = multiprocessing.get_context("spawn").Pipe()
-        self.trainer = multiprocessing.get_context("spawn").Process(target=raw_trainer, args=(child, cfg, model_path),
-                                                                    daemon=True)
+        spawn = multiprocessing.get_context("spawn")
+        self.conn, child = spawn.Pipe()
+        self.trainer = spawn.Process(target=raw_trainer, args=(child, cfg, model_path), daemon=True)
         self.trainer.start()
         if self.conn.recv() != "ready":
             raise RuntimeError("the raw trainer did not start")
@@ -153,7 +153,8 @@ class RawParts:
         run = self.loop.run_until_complete
         generation = run(raw_generation(self.engine, groups, self.cfg.generation.temperature, str(step)))
         start = time.perf_counter()
-        batch, _, _ = make_train_batch(by_domain(groups), list(self.cfg.domains), self.pad_id, seed=step,
+        batch, _, _ = make_train_batch(by_domain(groups), list(self.cfg.domains), self.pad_id,
+                                       seed=self.cfg.run.seed + step,  # the pipeline's: the same rows in the same order
                                        mask_truncated=self.cfg.rollout.mask_truncated)
         batching = time.perf_counter() - start
         self.conn.send((batch, anchor))
