@@ -115,7 +115,7 @@ def config_tree(model_dir: str, out: str, url: str, args, mode: dict, return_log
 
 def run_mode(tree: dict) -> list[dict]:
     """Every step's metrics of one run (steps 0..N-1)."""
-    from rlvr.config import config_from_dict
+    from rlvr.config.load import config_from_dict
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
     pipeline = RLVRPipeline(config_from_dict(tree))

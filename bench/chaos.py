@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlvr.config import load_config  # noqa: E402
+from rlvr.config.load import load_config  # noqa: E402
 from rlvr.pipeline.chaos import FAULTS, Injector, RecordingPipeline  # noqa: E402
 from rlvr.pipeline.faults import RunStopped  # noqa: E402
 

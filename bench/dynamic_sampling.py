@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlvr.config import config_from_dict  # noqa: E402
+from rlvr.config.load import config_from_dict  # noqa: E402
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler  # noqa: E402
 from tests.helpers.fakes import (FakeInferWorkerForTest, LocalHandle, RewardHandleForTest,  # noqa: E402
                                  ScriptedRewardForTest, prompt)

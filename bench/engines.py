@@ -55,7 +55,8 @@ async def generation(model: str, args) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from rlvr.backends.hf_engine import HFEngine, SamplingParams
+    from rlvr.backends.hf_engine import HFEngine
+    from rlvr.data.types import SamplingParams
     from rlvr.backends.vllm_engine import VLLMEngine
 
     torch.set_num_threads(args.threads)
@@ -101,7 +102,7 @@ def training(model: str, args) -> None:
     from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
     from rlvr.backends.deepspeed_strategy import DeepSpeedStrategy
     from rlvr.backends.torch_strategy import TorchStrategy
-    from rlvr.config import ActorTrainConfig
+    from rlvr.config.trainer import ActorTrainConfig
     from rlvr.data.batch import TrainBatch
 
     n, width = 16, 128
@@ -149,7 +150,7 @@ STEP = {"prompts": 8, "group": 4, "new_tokens": 64, "temperature": 0.7, "lr": 1e
 
 
 def rlvr_step_times(model: str, args, out: str, strategy: str, bf16: bool) -> list[float]:
-    from rlvr.config import load_config
+    from rlvr.config.load import load_config
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
     cfg = load_config(REPO / "configs/math.yaml", [

@@ -158,7 +158,7 @@ def train_tree(preset: str, seed: int, steps: int, out: str, prompts: int, group
 
 
 def train(steps: int, seeds: int, prompts: int, group: int, engine: str) -> None:
-    from rlvr.config import config_from_dict
+    from rlvr.config.load import config_from_dict
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
     results: dict[str, list[list[dict]]] = {"gigpo": [], "multi_step_grpo": []}

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 
 def run(config: str, algorithm: str | None, args, overrides: list[str]) -> tuple[object, dict[int, dict], float]:
-    from rlvr.config import load_config
+    from rlvr.config.load import load_config
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
     name = f"bench-learning-{algorithm}" if algorithm else "bench-learning"

@@ -195,7 +195,7 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import AutoTokenizer
 
-    from rlvr.config import load_config
+    from rlvr.config.load import load_config
     from rlvr.models.default_model import resolve_model_path
 
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-limit-") as out:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from rlvr.config import Config
+from rlvr.config.root import Config
 from rlvr.schedulers.quotas import allocate_quotas
 
 QUOTA_HORIZON = 1000  # steps over which the quota range and mean are reported (quotas rotate with the credit)

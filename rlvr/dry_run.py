@@ -7,7 +7,7 @@ actors and processes the run would ask Ray for. Ray is never initialised; no run
 
 from __future__ import annotations
 
-from rlvr.config import Config
+from rlvr.config.root import Config
 from rlvr.describe import header_lines, quota_per_step, resource_lines
 
 

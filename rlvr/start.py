@@ -6,7 +6,8 @@ import argparse
 import signal
 import sys
 
-from rlvr.config import ConfigError, load_config
+from rlvr.config.base import ConfigError
+from rlvr.config.load import load_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         if args.print_config:
-            from rlvr.config_origin import config_origins, render_with_origins
+            from rlvr.config.origin import config_origins, render_with_origins
 
             print(render_with_origins(cfg, config_origins(args.config, args.overrides, cfg)))
             return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
-from rlvr.workers.rewards.result import RewardResult
+from rlvr.data.reward_result import RewardResult
 
 
 class KeywordLengthRewardWorker(RewardWorker):

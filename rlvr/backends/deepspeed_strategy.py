@@ -30,7 +30,7 @@ import torch
 from rlvr.backends import dist as rdist
 from rlvr.backends.train_strategy import (CAUSAL_LM, ModelSpec, TrainStrategy, lr_lambda, rng_states,
                                           set_rng_states)
-from rlvr.config import TrainerConfig
+from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
 CKPT_TAG = "ckpt"

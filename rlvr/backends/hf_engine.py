@@ -18,18 +18,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorLis
 
 from rlvr.backends.logprobs import token_logprobs
 from rlvr.backends.seeded_sampling import request_seed, seeded_sampling_processors
-from rlvr.data.types import Generation
+from rlvr.data.types import Generation, SamplingParams
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    max_new_tokens: int = 128
-    temperature: float = 1.0  # 0: greedy
-    top_p: float = 1.0
-    top_k: int = 0
-    return_logprobs: bool = False
 
 
 @dataclass

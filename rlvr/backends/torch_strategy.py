@@ -15,7 +15,7 @@ import torch
 
 from rlvr.backends.train_strategy import (CAUSAL_LM, LossFn, ModelSpec, TrainStrategy, lr_lambda, rng_states,
                                           set_rng_states)
-from rlvr.config import TrainerConfig
+from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
 

@@ -38,7 +38,7 @@ import torch
 from rlvr.algorithms.policy_loss import entropy_from_logits
 from rlvr.backends import dist as rdist
 from rlvr.backends.logprobs import token_logprobs
-from rlvr.config import TrainerConfig
+from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
 # The policy's loss: (logp, entropy, micro-batch, global token count, global sequence count) -> (loss, stats).

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from rlvr.backends.hf_engine import SamplingParams
+from rlvr.data.types import SamplingParams
 from rlvr.backends.seeded_sampling import request_seed
 from rlvr.data.types import Generation
 from rlvr.lifecycle.guardian import child_pids, guard_path, guard_process

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.workers.rewards.result import RewardResult
+from rlvr.data.reward_result import RewardResult
 
 
 @dataclass
@@ -27,6 +27,17 @@ class Prompt:
     meta: dict[str, Any] = field(default_factory=dict)
     prompt_ids: list[int] = field(default_factory=list)
     source: str = ""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How an engine samples one request (the same for vLLM and HF generate)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    return_logprobs: bool = False
 
 
 @dataclass

@@ -46,7 +46,9 @@ import math
 import random
 from typing import Any
 
-from rlvr.config import ConfigError, EnvConfig, import_class
+from rlvr.config.base import ConfigError
+from rlvr.config.domains import EnvConfig
+from rlvr.config.load import import_class
 
 
 class EnvOutputError(ValueError):

@@ -20,7 +20,7 @@ from rlvr.algorithms.kl_control import make_kl_controller, reward_kl
 from rlvr.algorithms.returns import token_level_rewards
 from rlvr.algorithms.reward_processing import RunningMoments, process_advantages, process_rewards
 from rlvr.algorithms.value_loss import explained_variance
-from rlvr.config import Config
+from rlvr.config.root import Config
 from rlvr.data.batch import TrainBatch
 
 

@@ -13,7 +13,9 @@ from typing import Any
 import ray
 
 from rlvr import console
-from rlvr.config import Config, ConfigError, RewardConfig
+from rlvr.config.root import Config
+from rlvr.config.base import ConfigError
+from rlvr.config.domains import RewardConfig
 from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
 from rlvr.lifecycle.guardian import child_pids, guard_process
 from rlvr.models.default_model import resolve_model_path
@@ -32,7 +34,7 @@ from rlvr.workers.infer_router import InferRouter
 from rlvr.workers.placement import Planner
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.reward_actor import RewardActor, resolve_reward_class
-from rlvr.workers.supervision import Waiter
+from rlvr.runtime.waiter import Waiter
 
 log = logging.getLogger(__name__)
 

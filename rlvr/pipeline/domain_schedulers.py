@@ -17,12 +17,13 @@ from typing import Any, Callable
 import ray
 from ray.exceptions import RayActorError
 
-from rlvr.config import Config
+from rlvr.config.root import Config
 from rlvr.data.types import Group
 from rlvr.pipeline.faults import FaultLog
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler, SchedulerRestarted
 from rlvr.workers.placement import Planner
-from rlvr.workers.supervision import Waiter, WorkerFault, call_resent
+from rlvr.runtime.waiter import Waiter, WorkerFault
+from rlvr.runtime.resend import call_resent
 
 LOST = (RayActorError, SchedulerRestarted)  # the actor died, or was restarted and not restored yet
 

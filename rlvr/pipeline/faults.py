@@ -1,6 +1,6 @@
 """The driver's watch over what the run started (docs/faults.md).
 
-`Supervisor.tick` runs every `faults.poll_s` seconds while the driver waits (rlvr/workers/supervision.py), and
+`Supervisor.tick` runs every `faults.poll_s` seconds while the driver waits (rlvr/runtime/waiter.py), and
 checks on its workers through the waiter's runtime (its clock included):
 
 - it pings every actor_infer and reward worker (`health()`): a worker that Ray restarted after a crash is seen by
@@ -30,10 +30,11 @@ from urllib.parse import urlsplit
 import ray
 from ray.exceptions import RayActorError
 
-from rlvr.config import FaultsConfig
+from rlvr.config.run import FaultsConfig
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.local_servers import reachable_url
-from rlvr.workers.supervision import DeadlineExceeded, Waiter, WorkerFault, gather_resent
+from rlvr.runtime.waiter import DeadlineExceeded, Waiter, WorkerFault
+from rlvr.runtime.resend import gather_resent
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ the phases already logged."""
 
 from __future__ import annotations
 
-from rlvr.config import Config
+from rlvr.config.root import Config
 
 # Phases that keep the cores busy; `val` is left out (it is not part of a training step's critical path).
 COMPUTE_PHASES = ("model_update", "generate", "generate_ahead", "batch", "forwards", "advantages", "critic_train",

@@ -15,7 +15,8 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from rlvr import console
-from rlvr.config import Config, save_resolved
+from rlvr.config.root import Config
+from rlvr.config.load import save_resolved
 from rlvr.data.batch import TrainBatch
 from rlvr.data.types import Group
 from rlvr.lifecycle.teardown import CLOSE_TIMEOUT_S, end_all
@@ -36,8 +37,8 @@ from rlvr.pipeline.trackers import Trackers
 from rlvr.schedulers.quotas import allocate_quotas
 from rlvr.workers.cluster import Cluster
 from rlvr.workers.placement import write_placement
-from rlvr.workers.runtime import RAY
-from rlvr.workers.supervision import Waiter
+from rlvr.runtime.ray_runtime import RAY
+from rlvr.runtime.waiter import Waiter
 
 log = logging.getLogger(__name__)
 

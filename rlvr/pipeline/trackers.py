@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import TrackersConfig
+from rlvr.config.run import TrackersConfig
 from rlvr.pipeline import wandb_extras
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,10 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from rlvr.config import Config
+from rlvr.config.root import Config
 from rlvr.workers.cluster import Cluster
-from rlvr.workers.supervision import Waiter, gather_resent
+from rlvr.runtime.waiter import Waiter
+from rlvr.runtime.resend import gather_resent
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ Nothing in such a loop may wait on real I/O or threads: when no task is ready an
 simulation is deadlocked, and `SimulationDeadlock` says so instead of hanging.
 
 `SimRuntime` is what the driver's `Waiter` (and so RLVRPipeline, Rollout, DomainSchedulers and Cluster) calls
-instead of Ray (rlvr/workers/runtime.py): `get` and `wait` run the loop until what they wait for is done (or, for
+instead of Ray (rlvr/runtime/ray_runtime.py): `get` and `wait` run the loop until what they wait for is done (or, for
 `wait`, until its timeout in simulated seconds: the waiter's deadlines and supervision slices are simulated
 time), and the loop stands still (no simulated time passes) while the driver runs its own code between two waits.
 `SimActor` stands for a Ray actor handle: `handle.method.remote(...)` starts the method as a task on the loop and

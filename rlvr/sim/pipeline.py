@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
-from rlvr.config import Config, config_from_dict
+from rlvr.config.root import Config
+from rlvr.config.load import config_from_dict
 from rlvr.data.types import Prompt
 from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.build import Clusters
@@ -34,7 +35,7 @@ from rlvr.sim.fakes import SimDevice, SimEngine, SimInferWorker, SimLatencyRewar
 from rlvr.sim.latency import LatencyModel
 from rlvr.workers.cluster import Cluster
 from rlvr.workers.rewards.reward_actor import RewardActor
-from rlvr.workers.supervision import Waiter
+from rlvr.runtime.waiter import Waiter
 
 DOMAIN = "judge"
 

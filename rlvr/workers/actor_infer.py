@@ -16,10 +16,11 @@ from collections import OrderedDict
 
 import torch
 
-from rlvr.backends.hf_engine import HFEngine, SamplingParams
-from rlvr.config import Config
+from rlvr.backends.hf_engine import HFEngine
+from rlvr.data.types import SamplingParams
+from rlvr.config.root import Config
 from rlvr.data.types import Generation
-from rlvr.workers.supervision import was_restarted
+from rlvr.runtime.waiter import was_restarted
 
 
 def build_engine(cfg: Config, model_path: str, seed: int):

@@ -13,7 +13,8 @@ import torch
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
 from rlvr.backends.dist import rendezvous_address
 from rlvr.backends.train_strategy import CAUSAL_LM, ModelSpec, TrainStrategy
-from rlvr.config import Config, TrainerConfig
+from rlvr.config.root import Config
+from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
 

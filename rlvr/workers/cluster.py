@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rlvr.workers.supervision import Waiter
+from rlvr.runtime.waiter import Waiter
 
 if TYPE_CHECKING:
     from rlvr.workers.placement import Placement

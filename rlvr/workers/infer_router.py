@@ -16,7 +16,7 @@ from typing import Any
 
 from ray.exceptions import RayActorError
 
-from rlvr.backends.hf_engine import SamplingParams
+from rlvr.data.types import SamplingParams
 from rlvr.data.types import Generation
 
 
@@ -53,7 +53,7 @@ class InferRouter:
         try:
             return await self.workers[i].generate.remote(prompt_ids, n, sampling, request_id)
         except RayActorError:
-            # the caller's re-send (rlvr/workers/supervision.py `resend`) then goes to another worker
+            # the caller's re-send (rlvr/runtime/resend.py `resend`) then goes to another worker
             self.down_until[i] = asyncio.get_running_loop().time() + COOLDOWN_S
             raise
         finally:

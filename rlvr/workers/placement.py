@@ -19,8 +19,9 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from rlvr.config import Config, ConfigError
-from rlvr.config_cluster import PlacementConfig
+from rlvr.config.root import Config
+from rlvr.config.base import ConfigError
+from rlvr.config.cluster import PlacementConfig
 
 log = logging.getLogger(__name__)
 

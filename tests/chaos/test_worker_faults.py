@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 import ray
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.chaos import Injector, RecordingPipeline
 from rlvr.pipeline.faults import RunStopped
 from tests.chaos.harness import run_with_faults

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from examples.custom_reward.keyword_reward import KeywordLengthRewardWorker
-from rlvr.config import load_config
+from rlvr.config.load import load_config
 from rlvr.data.types import Prompt, Sample
 from rlvr.workers.rewards.base import RewardLimits
-from rlvr.workers.rewards.result import STATUSES
+from rlvr.data.reward_result import STATUSES
 from rlvr.workers.rewards.reward_actor import RewardActor, build_reward_worker, resolve_reward_class
 
 REPO = Path(__file__).resolve().parents[2]

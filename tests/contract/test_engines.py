@@ -27,7 +27,8 @@ import time
 import pytest
 import torch
 
-from rlvr.backends.hf_engine import HFEngine, SamplingParams
+from rlvr.backends.hf_engine import HFEngine
+from rlvr.data.types import SamplingParams
 from rlvr.backends.logprobs import token_logprobs
 
 
@@ -387,7 +388,7 @@ def test_each_turn_of_an_episode_is_served_by_the_prefix_cache(engine, tokenizer
     prefix cache holds all of it but the last partial block."""
     if engine.kind != "vllm":
         pytest.skip("prefix caching is vLLM's")
-    from rlvr.config import EnvConfig
+    from rlvr.config.domains import EnvConfig
     from rlvr.rollout.episode import EpisodeRunner, env_prompts
 
     eng, prompts = engine.engine, []

@@ -10,8 +10,10 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from rlvr.backends.hf_engine import SamplingParams
-from rlvr.config import ConfigError, EnvConfig, config_from_dict
+from rlvr.data.types import SamplingParams
+from rlvr.config.base import ConfigError
+from rlvr.config.domains import EnvConfig
+from rlvr.config.load import config_from_dict
 from rlvr.data.batch import build_train_batch
 from rlvr.data.types import Prompt
 from rlvr.envs.base import check_args, resolve_env_class

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlvr.config import load_config
+from rlvr.config.load import load_config
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from tests.conftest import REPO
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import ray
 
 from rlvr import console
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.build import start_ray
 
 

@@ -18,7 +18,7 @@ import torch
 from rlvr.data.types import Generation, Prompt
 from rlvr.workers.actor_infer import Admission
 from rlvr.workers.rewards.base import RewardWorker
-from rlvr.workers.rewards.result import RewardResult
+from rlvr.data.reward_result import RewardResult
 
 
 class LocalHandle:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlvr.data.types import Group, Prompt, Sample
-from rlvr.workers.rewards.result import RewardResult
+from rlvr.data.reward_result import RewardResult
 
 
 def group(domain: str, gid: str, rewards: list[float | None], response_len: int = 2) -> Group:

@@ -13,7 +13,7 @@ import json
 
 import ray
 
-from rlvr.config import load_config
+from rlvr.config.load import load_config
 from rlvr.data.types import Prompt, Sample
 from rlvr.pipeline.build import start_local_judge
 from rlvr.pipeline.local_servers import start_local_sandbox

@@ -7,7 +7,7 @@ import random
 
 from rlvr.workers.rewards.base import RewardWorker
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
-from rlvr.workers.rewards.result import RewardResult
+from rlvr.data.reward_result import RewardResult
 
 
 class FailingEveryOtherRewardForTest(RewardWorker):

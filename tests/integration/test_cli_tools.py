@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ray
 
-from rlvr.config import load_config
+from rlvr.config.load import load_config
 from rlvr.dry_run import dry_run
 from tests.conftest import REPO
 

@@ -28,7 +28,7 @@ JOBS = [dict(name="z2_fp32", stage=2, bf16=False),
 
 
 def critic_cfg(micro: int, bf16: bool):
-    from rlvr.config import CriticConfig
+    from rlvr.config.trainer import CriticConfig
 
     return CriticConfig(lr=LR, micro_batch_size=micro, bf16_autocast=bf16, max_grad_norm=1.0, weight_decay=0.01,
                         warmup_steps=2, torch_threads=1)

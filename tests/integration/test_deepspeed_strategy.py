@@ -46,7 +46,7 @@ def make_batch(n: int, seed: int = 1):
 
 
 def train_cfg(micro: int, bf16: bool, mini: int | None = None):
-    from rlvr.config import ActorTrainConfig
+    from rlvr.config.trainer import ActorTrainConfig
 
     # warmup_steps=2: the first step runs at lr/2, the second at lr, so a lost LR schedule shows after a load.
     return ActorTrainConfig(lr=LR, micro_batch_size=micro, mini_batch_size=mini, bf16_autocast=bf16,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.build import Clusters
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from rlvr.workers.cluster import Cluster
-from rlvr.workers.supervision import Waiter
+from rlvr.runtime.waiter import Waiter
 from tests.conftest import tiny_config
 from tests.helpers.fakes import BarrierForTest, FakeForwardWorkerForTest
 from tests.helpers.groups import group

@@ -33,7 +33,7 @@ def loss_fn(logp, entropy, micro, n_tokens, n_seqs):
 @pytest.mark.parametrize("strategy", ["torch", "deepspeed"])
 def test_strategies_train_on_the_gpu(strategy, tmp_path):
     from rlvr.backends.dist import free_port
-    from rlvr.config import ActorTrainConfig
+    from rlvr.config.trainer import ActorTrainConfig
 
     model = make_small_vocab_llama(tmp_path / "m")
     cfg = ActorTrainConfig(strategy=strategy, lr=1e-3, micro_batch_size=4, bf16_autocast=True)
@@ -95,7 +95,7 @@ def test_vllm_engine_on_the_gpu(tiny_vllm_model_dir):
 
     from transformers import AutoModelForCausalLM
 
-    from rlvr.backends.hf_engine import SamplingParams
+    from rlvr.data.types import SamplingParams
     from rlvr.backends.vllm_engine import VLLMEngine
 
     async def run():
@@ -118,7 +118,7 @@ def test_vllm_engine_on_the_gpu(tiny_vllm_model_dir):
 
 
 def pipeline_records(tree: dict):
-    from rlvr.config import config_from_dict
+    from rlvr.config.load import config_from_dict
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
     pipeline = RLVRPipeline(config_from_dict(tree))

@@ -113,7 +113,7 @@ def test_5000_prompt_validation_accounts_for_every_prompt(tiny_model_dir, ray_lo
     import ray
     from transformers import AutoTokenizer
 
-    from rlvr.config import config_from_dict
+    from rlvr.config.load import config_from_dict
     from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
     from rlvr.workers.actor_infer import ActorInferWorker
     from rlvr.workers.cluster import Cluster

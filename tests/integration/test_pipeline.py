@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from tests.conftest import REPO, tiny_config
 

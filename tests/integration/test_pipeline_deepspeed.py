@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from tests.conftest import tiny_config
 from tests.integration.test_pipeline import read_metrics, run_pipeline

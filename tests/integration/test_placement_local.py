@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from ray.util.placement_group import placement_group_table
 
-from rlvr.config import ConfigError, config_from_dict
+from rlvr.config.base import ConfigError
+from rlvr.config.load import config_from_dict
 from rlvr.workers.placement import Planner
 
 

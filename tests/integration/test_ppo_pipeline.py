@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from tests.conftest import tiny_config
 

@@ -10,10 +10,10 @@ import signal
 import time
 from types import SimpleNamespace
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.faults import FaultLog, Supervisor
 from rlvr.pipeline.local_servers import start_local_sandbox
-from rlvr.workers.supervision import Waiter
+from rlvr.runtime.waiter import Waiter
 
 CODE = "rlvr.workers.rewards.code_sandbox.CodeSandboxRewardWorker"
 

@@ -13,7 +13,7 @@ import textwrap
 DRIVER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
-    from rlvr.config import TrackersConfig
+    from rlvr.config.run import TrackersConfig
     from rlvr.pipeline.trackers import Trackers
 
     run_dir, resume = Path(sys.argv[1]), int(sys.argv[2])

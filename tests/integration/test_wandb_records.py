@@ -8,7 +8,7 @@ import os
 
 import wandb
 
-from rlvr.config import TrackersConfig
+from rlvr.config.run import TrackersConfig
 from rlvr.pipeline.trackers import Trackers
 from rlvr.report import build_report
 from tests.helpers.run_dirs import write_run

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlvr.algorithms.returns import gae_advantages, masked_whiten, token_level_rewards
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.batching import make_train_batch
 from tests.helpers.groups import group

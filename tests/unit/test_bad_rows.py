@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from rlvr.config import ConfigError, config_from_dict
+from rlvr.config.base import ConfigError
+from rlvr.config.load import config_from_dict
 from rlvr.data.dataset import BadRow, RowError, RowFormat, load_prompts, summarize_bad_rows
 from rlvr.pipeline.build import load_domain_data
 from tests.unit.test_dataset import DOMAINS, tiny_tokenizer, user  # noqa: F401 (a fixture)

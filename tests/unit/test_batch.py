@@ -4,7 +4,7 @@ import torch
 
 from rlvr.data.batch import build_train_batch
 from rlvr.data.types import Prompt, Sample
-from rlvr.workers.rewards.result import RewardResult
+from rlvr.data.reward_result import RewardResult
 
 
 def sample(prompt_ids, response_ids, reward, group="g", domain="d"):

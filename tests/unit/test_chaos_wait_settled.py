@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from rlvr.pipeline.chaos import Injector
-from rlvr.workers.supervision import Waiter
+from rlvr.runtime.waiter import Waiter
 
 
 def test_waiting_for_a_recovery_runs_the_supervisor():

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.config import ConfigError, load_config
+from rlvr.config.base import ConfigError
+from rlvr.config.load import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

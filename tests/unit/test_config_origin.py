@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rlvr.config import load_config
-from rlvr.config_origin import config_origins, field_default, leaf_paths, render_with_origins
+from rlvr.config.load import load_config
+from rlvr.config.origin import config_origins, field_default, leaf_paths, render_with_origins
 
 
 @pytest.fixture

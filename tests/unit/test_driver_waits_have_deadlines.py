@@ -1,6 +1,6 @@
 """Issue 11's rule "never a hang: every wait in the driver has a deadline", checked on the source: in the driver's
 modules a bare `ray.get` / `ray.wait` (no `timeout=`) may only read refs already known to be ready. Every other
-wait goes through `Waiter` (rlvr/workers/supervision.py). The merge of the critic branch once put bare `ray.get`s
+wait goes through `Waiter` (rlvr/runtime/waiter.py). The merge of the critic branch once put bare `ray.get`s
 back into `Cluster.collective`, the forward passes and the checkpoint save: training and saving had no deadline."""
 
 from __future__ import annotations

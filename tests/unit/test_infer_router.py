@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from ray.exceptions import RayActorError
 
-from rlvr.backends.hf_engine import SamplingParams
-from rlvr.config import config_from_dict
+from rlvr.data.types import SamplingParams
+from rlvr.config.load import config_from_dict
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.workers.infer_router import COOLDOWN_S, InferRouter, least_outstanding
 from tests.helpers.fakes import (FakeInferWorkerForTest, LocalHandle, RewardHandleForTest, ScriptedRewardForTest,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlvr.algorithms.kl_control import AdaptiveKLController, FixedKLController, make_kl_controller, reward_kl
-from rlvr.config_algorithm import KLControlConfig
+from rlvr.config.algorithm import KLControlConfig
 
 
 def test_adaptive_controller_update_by_hand():

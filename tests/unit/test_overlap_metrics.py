@@ -1,4 +1,4 @@
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.config import ConfigError, config_from_dict
+from rlvr.config.base import ConfigError
+from rlvr.config.load import config_from_dict
 from rlvr.pipeline.local_servers import reachable_url
 from rlvr.pipeline.weight_sync import infer_rank_offsets, weight_sync_backend
 from rlvr.workers.placement import (WorkerRequest, add_bundles, colocated_bundles, critic_gpus_per_worker,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlvr.algorithms.reward_processing import RunningMoments, normalise, process_advantages, process_rewards
-from rlvr.config_algorithm import RewardProcessingConfig
+from rlvr.config.algorithm import RewardProcessingConfig
 
 NAN = float("nan")
 # two groups (0: rows 0-3, 1: rows 4-6); row 6's reward failed

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from tests.helpers.fakes import (FakeInferWorkerForTest, LocalHandle, RewardHandleForTest, ScriptedRewardForTest,
                                  prompt)

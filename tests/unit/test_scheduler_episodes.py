@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from rlvr.config import config_from_dict
+from rlvr.config.load import config_from_dict
 from rlvr.rollout.episode import EpisodeRunner, env_prompts
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from tests.helpers.envs import ScriptedPolicyForTest

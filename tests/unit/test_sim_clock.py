@@ -80,7 +80,7 @@ def test_close_cancels_what_is_still_running():
 
 # ---------------------------------------------------------------------- the driver's Waiter on the simulated runtime
 def test_waiter_gets_one_ref_or_a_list_in_simulated_time():
-    from rlvr.workers.supervision import Waiter
+    from rlvr.runtime.waiter import Waiter
 
     runtime = SimRuntime()
     try:
@@ -95,7 +95,7 @@ def test_waiter_gets_one_ref_or_a_list_in_simulated_time():
 
 
 def test_waiter_deadline_and_supervision_ticks_run_in_simulated_seconds():
-    from rlvr.workers.supervision import DeadlineExceeded, Waiter
+    from rlvr.runtime.waiter import DeadlineExceeded, Waiter
 
     runtime = SimRuntime()
     try:

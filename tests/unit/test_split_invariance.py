@@ -20,7 +20,7 @@ from transformers import LlamaForCausalLM
 
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
 from rlvr.backends.torch_strategy import TorchStrategy
-from rlvr.config import ActorTrainConfig
+from rlvr.config.trainer import ActorTrainConfig
 from rlvr.data.batch import TrainBatch
 from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch
 

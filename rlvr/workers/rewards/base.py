@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.workers.rewards.result import STATUSES, RewardResult
+from rlvr.data.reward_result import STATUSES, RewardResult
 
 logger = logging.getLogger(__name__)
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 
-from rlvr.config import ConfigError, RewardConfig, import_class
+from rlvr.config.base import ConfigError
+from rlvr.config.domains import RewardConfig
+from rlvr.config.load import import_class
 from rlvr.data.types import Sample
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
-from rlvr.workers.rewards.result import RewardResult
+from rlvr.data.reward_result import RewardResult
 
 
 def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:

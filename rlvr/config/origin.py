@@ -1,6 +1,6 @@
 """`--print-config`: the resolved config, each value with where it came from.
 
-    default   the field's default in rlvr/config.py
+    default   the field's default in rlvr/config/
     preset    the algorithm preset's value (rlvr/algorithms/presets.py)
     file      the YAML file
     override  a key=value on the command line (named)
@@ -16,7 +16,8 @@ import yaml
 from pydantic import BaseModel
 
 from rlvr.algorithms.presets import PRESETS
-from rlvr.config import Config, parse_override
+from rlvr.config.root import Config
+from rlvr.config.load import parse_override
 
 
 def leaf_paths(tree: Any, prefix: str = "") -> dict[str, Any]:

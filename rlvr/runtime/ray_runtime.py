@@ -3,7 +3,7 @@
 `RAY` is the real thing: Ray object refs and the wall clock. The simulator (rlvr/sim) hands the same driver code
 a runtime of in-process workers on an asyncio loop whose clock is virtual (rlvr/sim/clock.py: SimRuntime), so that
 the real loop, scheduler and reward agent run a step of the recipe's size in seconds. Only what the driver needs
-goes through here; the driver's `Waiter` (rlvr/workers/supervision.py) is built on it, so its deadlines and its
+goes through here; the driver's `Waiter` (rlvr/runtime/waiter.py) is built on it, so its deadlines and its
 supervision ticks run in the runtime's time.
 
 A runtime has:

@@ -1,5 +1,5 @@
 """Where things run: the `ray` and `placement` sections and the servers the driver starts (`judge_server`,
-`sandbox_server`). Part of rlvr/config.py's Config (re-exported there); a module of its own because placement
+`sandbox_server`). Part of rlvr/config/root.py's Config; a module of its own because placement
 grew with the multi-node layout (docs/scaling.md)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rlvr.config_base import Strict, _keyed
+from rlvr.config.base import Strict, _keyed
 
 
 class RayConfig(Strict):

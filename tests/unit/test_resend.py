@@ -1,4 +1,4 @@
-"""rlvr.workers.supervision: re-sends after a worker death, counted once per request and bounded in time."""
+"""rlvr.runtime.resend and rlvr.runtime.waiter: re-sends after a worker death, counted once per request and bounded in time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from ray.exceptions import ActorUnavailableError
 
-from rlvr.workers.supervision import backoff_s, resend
+from rlvr.runtime.resend import backoff_s, resend
 
 
 def unavailable() -> ActorUnavailableError:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 
+class ConfigError(ValueError):
+    """A configuration problem, with the key and its origin in the message."""
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 

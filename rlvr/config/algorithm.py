@@ -1,5 +1,5 @@
 """The `algorithm` section of the config: advantages, policy loss, KL terms and reward processing. Part of
-rlvr/config.py's Config (re-exported there); a module of its own because the algorithm table is long."""
+rlvr/config/root.py's Config; a module of its own because the algorithm table is long."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from rlvr.algorithms.presets import expand_preset
-from rlvr.config_base import Strict, _keyed
+from rlvr.config.base import Strict, _keyed
 
 # Estimators whose statistics span the whole batch (of a domain), with the reason.
 WHOLE_BATCH_ESTIMATORS = {"reinforce_pp_baseline": "whitens over the whole batch",

@@ -1,11 +1,11 @@
 """docs/config.md, generated from the config models: every key with its type, default, bounds and meaning.
 
-    python -m rlvr.config_docs            # rewrite docs/config.md
-    python -m rlvr.config_docs --check    # exit 1 if docs/config.md is out of date (tests/unit/test_config_docs.py)
+    python -m rlvr.config.docs            # rewrite docs/config.md
+    python -m rlvr.config.docs --check    # exit 1 if docs/config.md is out of date (tests/unit/test_config_docs.py)
 
-The meaning of a key is the comment written beside it (or in the lines right above it) in rlvr/config.py or the
-section modules it re-exports (config_algorithm.py, config_cluster.py), and a section's is its class docstring;
-keys without a comment there take theirs from MEANINGS below. So a new key documents itself by its comment, and
+The meaning of a key is the comment written beside it (or in the lines right above it) in the section modules
+of rlvr/config/, and a section's is its class docstring; keys without a comment there take theirs from MEANINGS
+below. So a new key documents itself by its comment, and
 this command puts it in the reference.
 """
 
@@ -26,12 +26,12 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from rlvr.algorithms.presets import PRESETS
-from rlvr.config import Config
+from rlvr.config.root import Config
 
-DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "config.md"
-COMMAND = "python -m rlvr.config_docs"
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+COMMAND = "python -m rlvr.config.docs"
 
-# Meanings of keys that have no comment in rlvr/config.py (a comment there takes precedence).
+# Meanings of keys that have no comment in rlvr/config/ (a comment there takes precedence).
 MEANINGS: dict[str, str] = {
     "run.output_dir": "directory under which each run creates `<name>-<time>/`",
     "run.seed": "seed of every random choice (data order, sampling, initialisation): same config + seed = same run",
@@ -225,8 +225,8 @@ def _flatten(tree: dict, prefix: str) -> dict[str, Any]:
 
 
 def render() -> str:
-    out = [f"<!-- Generated from rlvr/config.py by `{COMMAND}`; do not edit by hand: change the comment beside the "
-           "key in rlvr/config.py (or rlvr/config_docs.py MEANINGS) and rerun the command. -->",
+    out = [f"<!-- Generated from rlvr/config/ by `{COMMAND}`; do not edit by hand: change the comment beside the "
+           "key in rlvr/config/ (or rlvr/config/docs.py MEANINGS) and rerun the command. -->",
            "# Configuration reference", "",
            "Every key of a run's YAML config, as `section.key`. Unknown keys are errors, and so are values outside "
            "the bounds; each error names the key and whether it came from the file or a `key=value` override. "
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render()
     missing = undocumented()
     if missing:
-        print(f"keys without a meaning (add a comment in rlvr/config.py): {', '.join(missing)}", file=sys.stderr)
+        print(f"keys without a meaning (add a comment in rlvr/config/): {', '.join(missing)}", file=sys.stderr)
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
         if current != text:

@@ -1,0 +1,95 @@
+"""The `actor_train` and `critic` sections: strategy, optimizer, batching of each trained model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from rlvr.config.base import Strict, _keyed
+
+
+class DeepSpeedConfig(Strict):
+    """actor_train.strategy = deepspeed: ZeRO data parallelism over actor_train.world_size processes."""
+
+    zero_stage: Literal[2, 3] = 2  # 2: optimizer states and gradients sharded; 3: parameters too
+    # With actor_train.bf16_autocast: true -> bf16 module weights and compute, fp32 master weights and optimizer
+    # states (DeepSpeed "bf16": half the weight memory); false -> fp32 weights with bf16 autocast (TorchStrategy's
+    # numerics, and an fp32 forward for the weight-sync check). No effect when bf16_autocast is false (all fp32).
+    bf16_weights: bool = True
+
+
+class TrainerConfig(Strict):
+    """What every trained model (actor_train, critic) sets: strategy, data parallelism, optimizer, schedule,
+    batching. The two sections are separate, so the critic has its own learning rate, batches and ZeRO stage."""
+
+    strategy: Literal["torch", "deepspeed"] = "torch"  # torch: one process, for the smallest setups
+    world_size: int = Field(1, ge=1)  # data-parallel ranks (one process group); > 1 needs strategy: deepspeed
+    deepspeed: DeepSpeedConfig = DeepSpeedConfig()
+    # GPUs per rank (Ray resource; the reference worker takes actor_train's). None: 1 when the Ray cluster has
+    # GPUs, else 0 (CPU). A fraction lets ranks share a GPU with other workers (e.g. actor_infer on a 1-GPU machine).
+    num_gpus_per_worker: float | None = Field(None, ge=0)
+    lr: float = Field(1e-6, gt=0)  # learning rate (AdamW)
+    weight_decay: float = Field(0.0, ge=0)  # AdamW weight decay
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW betas
+    warmup_steps: int = Field(0, ge=0)  # linear learning-rate warm-up steps
+    lr_schedule: Literal["constant", "cosine"] = "constant"  # learning-rate schedule after warm-up
+    max_grad_norm: float | None = 1.0  # gradient clipping norm (None: no clipping)
+    mini_batch_size: int | None = Field(None, ge=1)  # sequences per optimizer step; None: one step per batch
+    micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (gradient accumulation)
+    ppo_epochs: int = Field(1, ge=1)  # passes over each batch
+    # bf16 autocast in forward and backward (fp32 weights unless deepspeed.bf16_weights)
+    bf16_autocast: bool = True
+    gradient_checkpointing: bool = False  # recompute activations in backward to save memory
+    torch_threads: int | None = None  # CPU threads of the trainer (None: every core)
+
+    @model_validator(mode="after")
+    def _world_size_needs_deepspeed(self) -> "TrainerConfig":
+        if self.world_size > 1 and self.strategy != "deepspeed":
+            raise _keyed("world_size", f"{self.world_size} ranks need strategy: deepspeed (the torch strategy is "
+                         "one process)")
+        return self
+
+    @property
+    def bf16_weights(self) -> bool:
+        """The trainer's own forward is bf16 throughout (no fp32 weights to compare an fp32 engine with)."""
+        return self.strategy == "deepspeed" and self.bf16_autocast and self.deepspeed.bf16_weights
+
+
+class ActorTrainConfig(TrainerConfig):
+    weight_sync_check_every: int = Field(1, ge=0)  # logprob parity check after weight sync; 0: never
+    # collective: rank 0 broadcasts the weights to every actor_infer worker (the model-holding processes) over a
+    # torch.distributed group, gloo on CPU / NCCL on GPU, in buckets; object_store: through Ray's object store.
+    weight_sync: Literal["collective", "object_store"] = "collective"
+    weight_sync_bucket_mb: float = Field(256.0, gt=0)  # collective: MB per broadcast (the next is packed meanwhile)
+    # collective: forming the group, and each broadcast; a member that died mid-broadcast holds its peers this long
+    weight_sync_timeout_s: float = Field(600.0, gt=0)
+
+
+class CriticConfig(TrainerConfig):
+    """The value model of GAE (rlvr/workers/critic.py): a causal-LM backbone + a scalar value head. Started only
+    when algorithm.adv_estimator needs values; ignored (with a warning when set) otherwise."""
+
+    # None: the actor's initial weights (model.path), as in verl / ROLL / OpenRLHF; or a local HF model directory
+    # (a causal LM: its backbone, with a new value head), or a critic saved by rlvr (backbone and head).
+    model_path: str | None = None
+    lr: float = Field(1e-5, gt=0)  # a new value head needs a larger rate than the policy
+    cliprange_value: float | None = Field(0.5, gt=0)  # PPO value clipping around the old values; None: none
+    # how the value loss is averaged over tokens and sequences (as algorithm.loss_agg_mode for the policy)
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    critic_warmup: int = Field(0, ge=0)  # the first steps train the critic only (the actor waits)
+
+    @field_validator("model_path")
+    @classmethod
+    def _model_path_exists(cls, path: str | None) -> str | None:
+        from rlvr.models.default_model import DEFAULT_MODEL_NAME
+
+        if path is None or path == DEFAULT_MODEL_NAME:
+            return path
+        p = Path(path).expanduser()
+        if not p.is_dir():
+            raise ValueError(f"{path!r} does not exist (a local model directory is expected)")
+        if not (p / "config.json").is_file():
+            raise ValueError(f"{path!r} has no config.json (not a model directory)")
+        return path

@@ -1,0 +1,1 @@
+"""How the driver and the schedulers wait: the runtime (Ray or virtual time), deadlines, re-sends."""
