@@ -5,7 +5,7 @@
 
 One training run of `--config` (math, code and judge domains: vLLM generation, DeepSpeed, the sandbox and the
 local judge server), shortened to one step per injection, plus a warm-up step and a last step. From step 1 on, each step gets one
-fault, the fault types in turn, `--repeats` rounds: a real SIGKILL (rlvr.pipeline.chaos) of
+fault, the fault types in turn, `--repeats` rounds: a real SIGKILL (tests/chaos/injector.py) of
 
     actor_infer  the actor_infer worker            reward     the reward actor of --reward-domain (judge)
     sandbox      the code reward's sandbox server  judge      the local judge server
@@ -46,8 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rlvr.config.load import load_config  # noqa: E402
-from rlvr.pipeline.chaos import FAULTS, Injector, RecordingPipeline  # noqa: E402
 from rlvr.pipeline.faults import RunStopped  # noqa: E402
+from tests.chaos.injector import FAULTS, Injector, RecordingPipeline  # noqa: E402
 
 FAILED = ("error", "timeout")  # reward statuses a fault may cause ("invalid" is the judge's own verdict problem)
 

@@ -56,8 +56,8 @@ async def generation(model: str, args) -> None:
     from transformers import AutoTokenizer
 
     from rlvr.backends.hf_engine import HFEngine
-    from rlvr.data.types import SamplingParams
     from rlvr.backends.vllm_engine import VLLMEngine
+    from rlvr.data.types import SamplingParams
 
     torch.set_num_threads(args.threads)
     _, prompts = chat_prompts(AutoTokenizer.from_pretrained(model), max(args.batches))

@@ -27,8 +27,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlvr.algorithms.gigpo import (EpisodeTurns, anchor_groups, gigpo_turn_advantages,  # noqa: E402
-                                   intern_state_keys, multi_step_grpo_turn_advantages)
+from rlvr.algorithms.gigpo import (EpisodeTurns, anchor_groups, gigpo_turn_advantages, intern_state_keys,  # noqa: E402
+                                   multi_step_grpo_turn_advantages)
 from rlvr.envs.grid_puzzle import MOVES, GridPuzzleEnv, shortest_path  # noqa: E402
 
 ESTIMATORS = {

@@ -79,10 +79,10 @@ def run_size(size: str, model: str, params: int, args) -> list[dict]:
 
     from rlvr.config.load import config_from_dict
     from rlvr.pipeline.weight_sync import WeightSync
+    from rlvr.runtime.waiter import Waiter
     from rlvr.workers.actor_infer import ActorInferWorker
     from rlvr.workers.actor_train import ActorTrainWorker
     from rlvr.workers.cluster import Cluster
-    from rlvr.runtime.waiter import Waiter
 
     gb = params * 2 / 1e9  # bf16 on the wire
     # trainer fp32 + its bf16 copy + the object store's; per worker: the engine's weights, the shm file and the

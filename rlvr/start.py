@@ -1,66 +1,11 @@
-"""CLI entry: `python -m rlvr.start --config configs/math.yaml [key=value ...]`."""
+"""`python -m rlvr.start --config configs/math.yaml [key=value ...]`: the command users type; the CLI itself is
+rlvr/cli/start.py."""
 
 from __future__ import annotations
 
-import argparse
-import signal
 import sys
 
-from rlvr.config.base import ConfigError
-from rlvr.config.load import load_config
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlvr.start", description=__doc__)
-    parser.add_argument("--config", required=True, help="YAML config, e.g. configs/math.yaml")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. run.max_steps=2")
-    parser.add_argument("--verbose", action="store_true", help="also show third-party logs and all worker output "
-                        "on the console (they always go to <run>/logs/)")
-    parser.add_argument("--dry-run", action="store_true", help="validate the config, load the data, print per-domain "
-                        "counts, quotas and the resources it would request; start nothing")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved config with each value's origin and exit")
-    args = parser.parse_args(argv)
-    from rlvr import console
-
-    console.install(verbose=args.verbose)
-    try:
-        cfg = load_config(args.config, args.overrides)
-        if args.print_config:
-            from rlvr.config.origin import config_origins, render_with_origins
-
-            print(render_with_origins(cfg, config_origins(args.config, args.overrides, cfg)))
-            return 0
-        if args.dry_run:
-            from rlvr.dry_run import dry_run
-
-            print(dry_run(cfg))
-            return 0
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    from rlvr.pipeline.rlvr_pipeline import RLVRPipeline  # heavy imports only once the config is valid
-    from rlvr.report.finish import finish_run
-
-    # A supervisor's SIGTERM ends the run as Ctrl-C does: the pipeline closes everything it started.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        pipeline = RLVRPipeline(cfg)
-        try:
-            run_dir = pipeline.run()
-            report = finish_run(pipeline)
-        except BaseException:
-            pipeline.close()  # also ends the workers' output: the hint comes after their errors
-            console.say(f"the run stopped; its report so far: python -m rlvr.report {pipeline.run_dir}")
-            raise
-        pipeline.close()
-    except KeyboardInterrupt:
-        print("interrupted: the run and everything it started are stopped", file=sys.stderr)
-        return 130
-    print(report)
-    print(f"run directory: {run_dir}")
-    return 0
-
+from rlvr.cli.start import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from rlvr.workers.rewards.base import RewardLimits, RewardWorker
 from rlvr.data.reward_result import RewardResult
+from rlvr.workers.rewards.base import RewardLimits, RewardWorker
 
 
 class KeywordLengthRewardWorker(RewardWorker):

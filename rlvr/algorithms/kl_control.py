@@ -50,7 +50,7 @@ class AdaptiveKLController(FixedKLController):
 
 
 def make_kl_controller(cfg) -> FixedKLController:
-    """From a KLControlConfig (rlvr/config_algorithm.py)."""
+    """From a KLControlConfig (rlvr/config/algorithm.py)."""
     if cfg.type == "adaptive":
         return AdaptiveKLController(cfg.kl_coef, cfg.target_kl, cfg.horizon)
     return FixedKLController(cfg.kl_coef)

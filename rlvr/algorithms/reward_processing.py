@@ -1,6 +1,6 @@
 """Per-domain reward post-processing before the advantage estimator, and advantage clipping after it (ROLL's
 list: reward normalisation by group / batch / running moments, shift, scale, clip, advantage clip, plus a
-per-domain weight). The order and the config keys are documented on RewardProcessingConfig (rlvr/config_algorithm.py):
+per-domain weight). The order and the config keys are documented on RewardProcessingConfig (rlvr/config/algorithm.py):
 
     r1 = (r + reward_shift) * reward_scale
     r2 = (r1 - mean) / (std + eps)          mean per norm_mean_type (none: 0), std per norm_std_type (none: 1)

@@ -28,8 +28,7 @@ from pathlib import Path
 import torch
 
 from rlvr.backends import dist as rdist
-from rlvr.backends.train_strategy import (CAUSAL_LM, ModelSpec, TrainStrategy, lr_lambda, rng_states,
-                                          set_rng_states)
+from rlvr.backends.train_strategy import CAUSAL_LM, ModelSpec, TrainStrategy, lr_lambda, rng_states, set_rng_states
 from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
 

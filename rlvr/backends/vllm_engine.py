@@ -40,9 +40,8 @@ from typing import Any
 
 import torch
 
-from rlvr.data.types import SamplingParams
 from rlvr.backends.seeded_sampling import request_seed
-from rlvr.data.types import Generation
+from rlvr.data.types import Generation, SamplingParams
 from rlvr.lifecycle.guardian import child_pids, guard_path, guard_process
 
 log = logging.getLogger(__name__)

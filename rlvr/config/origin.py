@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel
 
 from rlvr.algorithms.presets import PRESETS
-from rlvr.config.root import Config
 from rlvr.config.load import parse_override
+from rlvr.config.root import Config
 
 
 def leaf_paths(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -78,13 +78,3 @@ def value_forward(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
 
 def is_value_model_dir(path: str | Path) -> bool:
     return (Path(path) / MARKER).exists()
-
-
-def value_spec(head_seed: int):
-    """The ModelSpec of a value model (rlvr/backends/train_strategy.py): what the critic's strategy trains."""
-    import functools
-
-    from rlvr.backends.train_strategy import ModelSpec
-
-    return ModelSpec(load=functools.partial(ValueModel.from_pretrained, head_seed=head_seed), forward=value_forward,
-                     export=ValueModel.export)

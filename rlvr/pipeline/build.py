@@ -12,20 +12,21 @@ from typing import Any
 
 import ray
 
-from rlvr import console
-from rlvr.config.root import Config
 from rlvr.config.base import ConfigError
 from rlvr.config.domains import RewardConfig
-from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
-from rlvr.lifecycle.guardian import child_pids, guard_process
-from rlvr.models.default_model import resolve_model_path
+from rlvr.config.root import Config
 from rlvr.data.dataset import (BadRow, RowFormat, load_prompts, split_by_domain, summarize_bad_rows, tokenize_prompts,
                                with_lines)
 from rlvr.data.types import Prompt
 from rlvr.envs.base import check_args, resolve_env_class
+from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
+from rlvr.lifecycle.guardian import child_pids, guard_process
+from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline.local_servers import reachable_url
 from rlvr.pipeline.weight_sync import WeightSync
 from rlvr.rollout.episode import EpisodeRunner, env_prompts
+from rlvr.runtime.waiter import Waiter
+from rlvr.telemetry import console
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
 from rlvr.workers.cluster import Cluster
@@ -34,7 +35,6 @@ from rlvr.workers.infer_router import InferRouter
 from rlvr.workers.placement import Planner
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
 from rlvr.workers.rewards.reward_actor import RewardActor, resolve_reward_class
-from rlvr.runtime.waiter import Waiter
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,8 @@ def start_ray(cfg: Config) -> bool:
     env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     runtime_env: dict = {"env_vars": env}
     run_console = console.active()
-    if run_console is not None:  # the CLI's console: worker records in a format it can sort (rlvr/console.py)
-        runtime_env["worker_process_setup_hook"] = "rlvr.console.setup_worker_logging"
+    if run_console is not None:  # the CLI's console: worker records in a format it can sort (rlvr/telemetry/console.py)
+        runtime_env["worker_process_setup_hook"] = "rlvr.telemetry.console.setup_worker_logging"
     before = set(child_pids())
     ray.init(address=address, num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=True,
              runtime_env=runtime_env)

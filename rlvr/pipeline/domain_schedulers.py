@@ -20,10 +20,10 @@ from ray.exceptions import RayActorError
 from rlvr.config.root import Config
 from rlvr.data.types import Group
 from rlvr.pipeline.faults import FaultLog
+from rlvr.runtime.resend import call_resent
+from rlvr.runtime.waiter import Waiter, WorkerFault
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler, SchedulerRestarted
 from rlvr.workers.placement import Planner
-from rlvr.runtime.waiter import Waiter, WorkerFault
-from rlvr.runtime.resend import call_resent
 
 LOST = (RayActorError, SchedulerRestarted)  # the actor died, or was restarted and not restored yet
 

@@ -21,8 +21,8 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,8 +33,8 @@ from ray.exceptions import RayActorError
 from rlvr.config.run import FaultsConfig
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.local_servers import reachable_url
-from rlvr.runtime.waiter import DeadlineExceeded, Waiter, WorkerFault
 from rlvr.runtime.resend import gather_resent
+from rlvr.runtime.waiter import DeadlineExceeded, Waiter, WorkerFault
 
 log = logging.getLogger(__name__)
 

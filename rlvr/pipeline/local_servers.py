@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit, urlunsplit
 
-from rlvr.config.root import Config
 from rlvr.config.domains import RewardConfig
+from rlvr.config.root import Config
 from rlvr.workers.rewards.reward_actor import resolve_reward_class
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,8 @@ import torch
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from rlvr import console
-from rlvr.config.root import Config
 from rlvr.config.load import save_resolved
+from rlvr.config.root import Config
 from rlvr.data.batch import TrainBatch
 from rlvr.data.types import Group
 from rlvr.lifecycle.teardown import CLOSE_TIMEOUT_S, end_all
@@ -29,16 +28,17 @@ from rlvr.pipeline.build import (build_clusters, build_episode_runners, load_dom
 from rlvr.pipeline.domain_schedulers import DomainSchedulers
 from rlvr.pipeline.faults import FATAL_FAULTS, FaultLog, Supervisor, run_stopped
 from rlvr.pipeline.local_servers import start_local_sandbox
-from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
-from rlvr.pipeline.system_metrics import SystemMonitor, throughput_metrics
-from rlvr.pipeline.trackers import Trackers
-from rlvr.schedulers.quotas import allocate_quotas
-from rlvr.workers.cluster import Cluster
-from rlvr.workers.placement import write_placement
 from rlvr.runtime.ray_runtime import RAY
 from rlvr.runtime.waiter import Waiter
+from rlvr.schedulers.quotas import allocate_quotas
+from rlvr.telemetry import console
+from rlvr.telemetry.overlap_metrics import merge_parts, overlap_metrics
+from rlvr.telemetry.system_metrics import SystemMonitor, throughput_metrics
+from rlvr.telemetry.trackers import Trackers
+from rlvr.workers.cluster import Cluster
+from rlvr.workers.placement import write_placement
 
 log = logging.getLogger(__name__)
 

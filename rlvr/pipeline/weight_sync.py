@@ -20,9 +20,9 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from rlvr.config.root import Config
-from rlvr.workers.cluster import Cluster
-from rlvr.runtime.waiter import Waiter
 from rlvr.runtime.resend import gather_resent
+from rlvr.runtime.waiter import Waiter
+from rlvr.workers.cluster import Cluster
 
 log = logging.getLogger(__name__)
 

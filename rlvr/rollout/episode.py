@@ -32,12 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
-from rlvr.data.types import SamplingParams
 from rlvr.config.domains import EnvConfig
-from rlvr.data.types import Episode, Generation, Group, Prompt, Sample
+from rlvr.data.reward_result import RewardResult
+from rlvr.data.types import Episode, Generation, Group, Prompt, Sample, SamplingParams
 from rlvr.envs.base import Env, EnvOutputError, checked_observation, checked_step, resolve_env_class
 from rlvr.rollout.chat import TurnCodec
-from rlvr.data.reward_result import RewardResult
 
 log = logging.getLogger(__name__)
 

@@ -29,14 +29,13 @@ from typing import Any
 import numpy as np
 
 from rlvr.algorithms.reward_shaping import overlong_penalty
-from rlvr.data.types import SamplingParams
 from rlvr.config.root import Config
-from rlvr.data.types import Group, Prompt, Sample
-from rlvr.rollout.metrics import episode_metrics
-from rlvr.schedulers.group_filters import FilterSettings, drop_reason, load_user_filter
 from rlvr.data.reward_result import STATUSES, RewardResult
+from rlvr.data.types import Group, Prompt, Sample, SamplingParams
+from rlvr.rollout.metrics import episode_metrics
 from rlvr.runtime.resend import resend
 from rlvr.runtime.waiter import was_restarted
+from rlvr.schedulers.group_filters import FilterSettings, drop_reason, load_user_filter
 
 log = logging.getLogger(__name__)
 

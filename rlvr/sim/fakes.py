@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from rlvr.data.batch import TrainBatch
+from rlvr.data.reward_result import RewardResult
 from rlvr.data.types import Generation
 from rlvr.sim.latency import LatencyModel
 from rlvr.workers.actor_infer import ActorInferWorker, Admission, WeightsGate
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
-from rlvr.data.reward_result import RewardResult
 
 GATHER_S = 0.005  # HFEngine waits this long so that requests arriving together share a batch
 

@@ -20,14 +20,15 @@ import math
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
-from rlvr.config.root import Config
 from rlvr.config.load import config_from_dict
+from rlvr.config.root import Config
 from rlvr.data.types import Prompt
 from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.build import Clusters
 from rlvr.pipeline.domain_schedulers import DomainSchedulers
 from rlvr.pipeline.faults import FaultLog
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
+from rlvr.runtime.waiter import Waiter
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.sim import OVERLAP_MODES  # noqa: F401  (re-exported: simulate(spec, OVERLAP_MODES[name]))
 from rlvr.sim.clock import SimRuntime
@@ -35,7 +36,6 @@ from rlvr.sim.fakes import SimDevice, SimEngine, SimInferWorker, SimLatencyRewar
 from rlvr.sim.latency import LatencyModel
 from rlvr.workers.cluster import Cluster
 from rlvr.workers.rewards.reward_actor import RewardActor
-from rlvr.runtime.waiter import Waiter
 
 DOMAIN = "judge"
 

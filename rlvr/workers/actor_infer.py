@@ -17,9 +17,8 @@ from collections import OrderedDict
 import torch
 
 from rlvr.backends.hf_engine import HFEngine
-from rlvr.data.types import SamplingParams
 from rlvr.config.root import Config
-from rlvr.data.types import Generation
+from rlvr.data.types import Generation, SamplingParams
 from rlvr.runtime.waiter import was_restarted
 
 

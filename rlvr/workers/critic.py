@@ -13,9 +13,9 @@ import torch
 from rlvr.algorithms.value_loss import ValueSettings, value_objective
 from rlvr.backends.dist import rendezvous_address
 from rlvr.backends.train_strategy import TrainStrategy
+from rlvr.backends.value_spec import value_spec
 from rlvr.config.root import Config
 from rlvr.data.batch import TrainBatch
-from rlvr.models.value_model import value_spec
 from rlvr.workers.actor_train import make_strategy
 
 

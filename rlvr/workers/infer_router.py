@@ -16,9 +16,7 @@ from typing import Any
 
 from ray.exceptions import RayActorError
 
-from rlvr.data.types import SamplingParams
-from rlvr.data.types import Generation
-
+from rlvr.data.types import Generation, SamplingParams
 
 COOLDOWN_S = 5.0  # a worker whose call failed with its death gets no request for this long (it is restarting)
 

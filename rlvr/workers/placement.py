@@ -19,9 +19,9 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from rlvr.config.root import Config
 from rlvr.config.base import ConfigError
 from rlvr.config.cluster import PlacementConfig
+from rlvr.config.root import Config
 
 log = logging.getLogger(__name__)
 

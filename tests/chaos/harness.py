@@ -1,4 +1,4 @@
-"""Runs a pipeline with planned SIGKILLs (rlvr.pipeline.chaos) and collects what the checks need."""
+"""Runs a pipeline with planned SIGKILLs (tests/chaos/injector.py) and collects what the checks need."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.config.load import config_from_dict
-from rlvr.pipeline.chaos import Injection, Injector, RecordingPipeline
+from tests.chaos.injector import Injection, Injector, RecordingPipeline
 
 
 @dataclass

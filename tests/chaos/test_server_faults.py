@@ -14,10 +14,10 @@ import psutil
 import pytest
 
 from rlvr.data.types import Prompt, Sample
-from rlvr.pipeline.chaos import outliving
 from rlvr.workers.rewards.base import RewardLimits
 from rlvr.workers.rewards.code_sandbox import CodeSandboxRewardWorker
 from tests.chaos.harness import run_with_faults
+from tests.chaos.injector import outliving
 from tests.conftest import REPO, tiny_config
 
 # A correct program that takes a moment, so that several runs are inside the server when it is killed.

@@ -13,9 +13,9 @@ import pytest
 import ray
 
 from rlvr.config.load import config_from_dict
-from rlvr.pipeline.chaos import Injector, RecordingPipeline
 from rlvr.pipeline.faults import RunStopped
 from tests.chaos.harness import run_with_faults
+from tests.chaos.injector import Injector, RecordingPipeline
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow

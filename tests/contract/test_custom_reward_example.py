@@ -10,9 +10,9 @@ import pytest
 
 from examples.custom_reward.keyword_reward import KeywordLengthRewardWorker
 from rlvr.config.load import load_config
+from rlvr.data.reward_result import STATUSES
 from rlvr.data.types import Prompt, Sample
 from rlvr.workers.rewards.base import RewardLimits
-from rlvr.data.reward_result import STATUSES
 from rlvr.workers.rewards.reward_actor import RewardActor, build_reward_worker, resolve_reward_class
 
 REPO = Path(__file__).resolve().parents[2]

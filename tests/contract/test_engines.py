@@ -28,8 +28,8 @@ import pytest
 import torch
 
 from rlvr.backends.hf_engine import HFEngine
-from rlvr.data.types import SamplingParams
 from rlvr.backends.logprobs import token_logprobs
+from rlvr.data.types import SamplingParams
 
 
 def _vllm_import_error() -> str | None:

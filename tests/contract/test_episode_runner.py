@@ -10,12 +10,11 @@ import asyncio
 import pytest
 from transformers import AutoTokenizer
 
-from rlvr.data.types import SamplingParams
 from rlvr.config.base import ConfigError
 from rlvr.config.domains import EnvConfig
 from rlvr.config.load import config_from_dict
 from rlvr.data.batch import build_train_batch
-from rlvr.data.types import Prompt
+from rlvr.data.types import Prompt, SamplingParams
 from rlvr.envs.base import check_args, resolve_env_class
 from rlvr.rollout.episode import EpisodeRunner, env_prompts
 from tests.helpers.envs import ScriptedPolicyForTest

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from rlvr.data.reward_result import STATUSES, RewardResult
 from rlvr.data.types import Prompt, Sample
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker, TransientRewardError
 from rlvr.workers.rewards.process_pool import RewardTimeoutError
-from rlvr.data.reward_result import STATUSES, RewardResult
 
 FAST = RewardLimits(max_concurrency=4, timeout_s=0.3, max_retries=2, retry_backoff_s=0.01)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.console import OUR_WARNING_LINE
 from rlvr.report.plots import PLOTS
+from rlvr.telemetry.console import OUR_WARNING_LINE
 from tests.helpers.browser import check_page, chromium
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import ray
 
-from rlvr import console
 from rlvr.config.load import config_from_dict
 from rlvr.pipeline.build import start_ray
+from rlvr.telemetry import console
 
 
 class NoisyWorkerForTest:

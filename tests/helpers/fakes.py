@@ -15,10 +15,10 @@ import inspect
 
 import torch
 
+from rlvr.data.reward_result import RewardResult
 from rlvr.data.types import Generation, Prompt
 from rlvr.workers.actor_infer import Admission
 from rlvr.workers.rewards.base import RewardWorker
-from rlvr.data.reward_result import RewardResult
 
 
 class LocalHandle:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rlvr.data.types import Group, Prompt, Sample
 from rlvr.data.reward_result import RewardResult
+from rlvr.data.types import Group, Prompt, Sample
 
 
 def group(domain: str, gid: str, rewards: list[float | None], response_len: int = 2) -> Group:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 
+from rlvr.data.reward_result import RewardResult
 from rlvr.workers.rewards.base import RewardWorker
 from rlvr.workers.rewards.llm_judge import LLMJudgeRewardWorker
-from rlvr.data.reward_result import RewardResult
 
 
 class FailingEveryOtherRewardForTest(RewardWorker):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import ray
 
+from rlvr.cli.dry_run import dry_run
 from rlvr.config.load import load_config
-from rlvr.dry_run import dry_run
 from tests.conftest import REPO
 
 MAIN = REPO / "configs/math_code_mix.yaml"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.ranks import (deepspeed_step_capturing_grads, max_abs, rel, save_step_load_step,
-                                  spawn_ranks, torch_step_capturing_grads, update)
+from tests.helpers.ranks import (deepspeed_step_capturing_grads, max_abs, rel, save_step_load_step, spawn_ranks,
+                                 torch_step_capturing_grads, update)
 from tests.helpers.train_batches import make_critic_batch, make_small_vocab_llama, value_loss_fn
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def critic_cfg(micro: int, bf16: bool):
 
 def _rank_main(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
     from rlvr.backends.deepspeed_strategy import DeepSpeedStrategy
-    from rlvr.models.value_model import value_spec
+    from rlvr.backends.value_spec import value_spec
 
     loss_fn = value_loss_fn()
     batch = make_critic_batch(ROWS, WIDTH)
@@ -66,7 +66,7 @@ def run_ranks(world_size: int, model_dir: str, out_dir: Path) -> dict[str, dict]
 def torch_reference(model_dir: str) -> dict:
     """TorchStrategy, fp32, the whole batch in one micro-batch."""
     from rlvr.backends.torch_strategy import TorchStrategy
-    from rlvr.models.value_model import value_spec
+    from rlvr.backends.value_spec import value_spec
 
     s = TorchStrategy(model_dir, critic_cfg(ROWS, False), total_steps=10, seed=0, spec=value_spec(head_seed=7))
     batch = make_critic_batch(ROWS, WIDTH)

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.ranks import (deepspeed_step_capturing_grads, max_abs, rel, save_step_load_step,
-                                  spawn_ranks, torch_step_capturing_grads, update)
+from tests.helpers.ranks import (deepspeed_step_capturing_grads, max_abs, rel, save_step_load_step, spawn_ranks,
+                                 torch_step_capturing_grads, update)
 from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ import torch
 from rlvr.config.load import config_from_dict
 from rlvr.pipeline.build import Clusters
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
-from rlvr.workers.cluster import Cluster
 from rlvr.runtime.waiter import Waiter
+from rlvr.workers.cluster import Cluster
 from tests.conftest import tiny_config
 from tests.helpers.fakes import BarrierForTest, FakeForwardWorkerForTest
 from tests.helpers.groups import group

@@ -95,8 +95,8 @@ def test_vllm_engine_on_the_gpu(tiny_vllm_model_dir):
 
     from transformers import AutoModelForCausalLM
 
-    from rlvr.data.types import SamplingParams
     from rlvr.backends.vllm_engine import VLLMEngine
+    from rlvr.data.types import SamplingParams
 
     async def run():
         engine = VLLMEngine(tiny_vllm_model_dir, dtype="bfloat16", max_model_len=256, gpu_memory_utilization=0.2)

@@ -11,9 +11,9 @@ import psutil
 import pytest
 import ray
 
-from rlvr.data.types import SamplingParams
 from rlvr.backends.vllm_engine import vllm_available
 from rlvr.config.load import config_from_dict
+from rlvr.data.types import SamplingParams
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from tests.conftest import tiny_config
 

@@ -14,7 +14,7 @@ DRIVER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     from rlvr.config.run import TrackersConfig
-    from rlvr.pipeline.trackers import Trackers
+    from rlvr.telemetry.trackers import Trackers
 
     run_dir, resume = Path(sys.argv[1]), int(sys.argv[2])
     trackers = Trackers(TrackersConfig(jsonl=False, tensorboard=False, wandb_mode="offline"), run_dir, "run",

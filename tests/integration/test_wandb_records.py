@@ -9,8 +9,8 @@ import os
 import wandb
 
 from rlvr.config.run import TrackersConfig
-from rlvr.pipeline.trackers import Trackers
 from rlvr.report import build_report
+from rlvr.telemetry.trackers import Trackers
 from tests.helpers.run_dirs import write_run
 
 

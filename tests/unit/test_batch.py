@@ -3,8 +3,8 @@ import math
 import torch
 
 from rlvr.data.batch import build_train_batch
-from rlvr.data.types import Prompt, Sample
 from rlvr.data.reward_result import RewardResult
+from rlvr.data.types import Prompt, Sample
 
 
 def sample(prompt_ids, response_ids, reward, group="g", domain="d"):

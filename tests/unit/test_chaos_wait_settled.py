@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from rlvr.pipeline.chaos import Injector
 from rlvr.runtime.waiter import Waiter
+from tests.chaos.injector import Injector
 
 
 def test_waiting_for_a_recovery_runs_the_supervisor():

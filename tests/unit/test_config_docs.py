@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from rlvr.config.root import Config
 from rlvr.config.docs import COMMAND, DOC_PATH, render, sections, source_comments
+from rlvr.config.root import Config
 
 
 def test_docs_config_md_is_up_to_date():

@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from rlvr.console import (FileFollower, LineFilter, RunConsole, WorkerOutputRouter, progress_postfix,
-                          validation_line)
+from rlvr.telemetry.console import (FileFollower, LineFilter, RunConsole, WorkerOutputRouter, progress_postfix,
+                                    validation_line)
 
 NOISE = [
     "(MainProcess pid=13864) WARNING 11-24 14:25:18 [arg_utils.py:3005] This model does not officially support ...",

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from rlvr.backends.torch_strategy import TorchStrategy
+from rlvr.backends.value_spec import value_spec
 from rlvr.config.trainer import CriticConfig
 from rlvr.data.batch import TrainBatch
-from rlvr.models.value_model import ValueModel, is_value_model_dir, value_spec
+from rlvr.models.value_model import ValueModel, is_value_model_dir
 from tests.helpers.train_batches import make_critic_batch, make_small_vocab_llama, value_loss_fn
 
 LR = 1e-3

@@ -1,6 +1,6 @@
+from rlvr.data.reward_result import RewardResult
 from rlvr.data.types import Group, Prompt, Sample
 from rlvr.schedulers.group_filters import FilterSettings, drop_reason
-from rlvr.data.reward_result import RewardResult
 
 
 def group(rewards, correct=None, failed=()):

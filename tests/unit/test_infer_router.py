@@ -8,12 +8,11 @@ import asyncio
 import pytest
 from ray.exceptions import RayActorError
 
-from rlvr.data.types import SamplingParams
 from rlvr.config.load import config_from_dict
+from rlvr.data.types import SamplingParams
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
 from rlvr.workers.infer_router import COOLDOWN_S, InferRouter, least_outstanding
-from tests.helpers.fakes import (FakeInferWorkerForTest, LocalHandle, RewardHandleForTest, ScriptedRewardForTest,
-                                 prompt)
+from tests.helpers.fakes import FakeInferWorkerForTest, LocalHandle, RewardHandleForTest, ScriptedRewardForTest, prompt
 
 
 def test_least_outstanding_breaks_ties_by_index():

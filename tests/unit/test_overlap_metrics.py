@@ -1,5 +1,5 @@
 from rlvr.config.load import config_from_dict
-from rlvr.pipeline.overlap_metrics import merge_parts, overlap_metrics
+from rlvr.telemetry.overlap_metrics import merge_parts, overlap_metrics
 
 
 def test_merge_parts_sums_counts_keeps_extremes_and_averages_the_rest():

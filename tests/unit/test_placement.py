@@ -9,7 +9,7 @@ from rlvr.config.load import config_from_dict
 from rlvr.pipeline.local_servers import reachable_url
 from rlvr.pipeline.weight_sync import infer_rank_offsets, weight_sync_backend
 from rlvr.workers.placement import (WorkerRequest, add_bundles, colocated_bundles, critic_gpus_per_worker,
-                                   gpu_shortfall, gpus_per_worker, missing_resources)
+                                    gpu_shortfall, gpus_per_worker, missing_resources)
 
 
 def cfg(**sections):

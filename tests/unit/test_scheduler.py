@@ -9,8 +9,7 @@ import pytest
 
 from rlvr.config.load import config_from_dict
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
-from tests.helpers.fakes import (FakeInferWorkerForTest, LocalHandle, RewardHandleForTest, ScriptedRewardForTest,
-                                 prompt)
+from tests.helpers.fakes import FakeInferWorkerForTest, LocalHandle, RewardHandleForTest, ScriptedRewardForTest, prompt
 
 MIXED, ALL_RIGHT, ALL_WRONG = [1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from rlvr.pipeline.system_metrics import (GIB, ProcessSample, cpu_percent, sample_process, throughput_metrics,
-                                          worker_metrics)
+from rlvr.telemetry.system_metrics import (GIB, ProcessSample, cpu_percent, sample_process, throughput_metrics,
+                                           worker_metrics)
 
 
 def test_cpu_percent_by_hand():

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from rlvr.config.load import config_from_dict
+from rlvr.data.reward_result import RewardResult
 from rlvr.data.types import Episode, Group, Prompt, Sample
 from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.batching import make_train_batch
-from rlvr.data.reward_result import RewardResult
 
 
 def episode_sample(index: int, turns: list[tuple[str, float, int]], obs_len: int = 2, ok: bool = True) -> Sample:

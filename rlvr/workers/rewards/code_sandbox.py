@@ -26,9 +26,9 @@ import asyncio
 import logging
 from typing import Any, Literal
 
+from rlvr.data.reward_result import RewardResult
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker, TransientRewardError
 from rlvr.workers.rewards.code_extract import LANGUAGE_TAGS, extract_code
-from rlvr.data.reward_result import RewardResult
 from sandbox.client import HTTPSandboxClient, LocalSandboxClient, LocalSandboxServer, SandboxConnectionError
 from sandbox.testing import run_tests
 from sandbox.types import Limits

@@ -56,10 +56,10 @@ from typing import Any, NamedTuple
 
 import openai
 
+from rlvr.data.reward_result import RewardResult
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker, TransientRewardError
 from rlvr.workers.rewards.judge_parsing import PARSE_MODES, ParseMode, parse_logprob_verdict, parse_verdict
 from rlvr.workers.rewards.math_answer import strip_thinking
-from rlvr.data.reward_result import RewardResult
 
 logger = logging.getLogger(__name__)
 

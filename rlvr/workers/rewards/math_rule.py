@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.data.reward_result import RewardResult
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
 from rlvr.workers.rewards.math_answer import Fallback, answer_preview, extract_candidates
 from rlvr.workers.rewards.math_compare import check_answer, warm_up
 from rlvr.workers.rewards.process_pool import KillableProcessPool
-from rlvr.data.reward_result import RewardResult
 
 
 class MathRuleRewardWorker(RewardWorker):

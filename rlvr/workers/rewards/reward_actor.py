@@ -7,9 +7,9 @@ import os
 from rlvr.config.base import ConfigError
 from rlvr.config.domains import RewardConfig
 from rlvr.config.load import import_class
+from rlvr.data.reward_result import RewardResult
 from rlvr.data.types import Sample
 from rlvr.workers.rewards.base import RewardLimits, RewardWorker
-from rlvr.data.reward_result import RewardResult
 
 
 def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:

@@ -99,7 +99,7 @@ def worker_metrics(name: str, sample: ProcessSample, before: ProcessSample | Non
 
 def throughput_metrics(m: dict[str, float]) -> dict[str, float]:
     """Training tokens/s: the batch's response tokens (the tokens the loss sees) over the train phase.
-    Generation tokens/s is `system/response_tokens_per_s` (rlvr/pipeline/overlap_metrics.py)."""
+    Generation tokens/s is `system/response_tokens_per_s` (rlvr/telemetry/overlap_metrics.py)."""
     train = m.get("time/train", 0.0)
     if train > 0 and m.get("batch/response_tokens"):
         return {"system/train_tokens_per_s": m["batch/response_tokens"] / train}

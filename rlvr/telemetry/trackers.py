@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config.run import TrackersConfig
-from rlvr.pipeline import wandb_extras
+from rlvr.telemetry import wandb_extras
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ def engines_line(cfg: Config) -> str:
 
 
 def trackers_line(cfg: Config) -> str:
-    from rlvr.pipeline.trackers import wandb_mode
+    from rlvr.telemetry.trackers import wandb_mode
 
     t = cfg.trackers
     names = [n for n, on in (("metrics.jsonl", t.jsonl), ("tensorboard", t.tensorboard)) if on]

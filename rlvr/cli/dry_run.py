@@ -7,8 +7,8 @@ actors and processes the run would ask Ray for. Ray is never initialised; no run
 
 from __future__ import annotations
 
+from rlvr.cli.describe import header_lines, quota_per_step, resource_lines
 from rlvr.config.root import Config
-from rlvr.describe import header_lines, quota_per_step, resource_lines
 
 
 def dry_run(cfg: Config) -> str:

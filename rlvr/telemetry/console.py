@@ -7,7 +7,8 @@ Ray worker, `judge_server/` for the local judge server. `--verbose` shows all of
 Errors are never hidden: an ERROR/CRITICAL record from any logger, a Python traceback or a fatal native log line
 printed by any worker reaches the console at once, prefixed with the worker that printed it.
 
-`install()` is called by the CLI (rlvr.start). A pipeline built without it (tests, notebooks) keeps Ray's and
+`install()` is called by the CLI (rlvr/cli/start.py), which hands it the run header's lines (rlvr/cli/describe.py:
+the console sits below the pipeline, which writes to it, and so cannot import the CLI's modules). A pipeline built without it (tests, notebooks) keeps Ray's and
 Python's default output.
 """
 
@@ -22,7 +23,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Callable, TextIO
 
 from tqdm import tqdm
 
@@ -210,6 +211,8 @@ class _Buffer(logging.Handler):
 @dataclass
 class RunConsole:
     verbose: bool = False
+    # The header printed once the run directory exists: header(cfg, run_dir) -> lines (the CLI's run header).
+    header: Callable[[Any, Path], list[str]] | None = None
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     logs_dir: Path | None = None
     router: WorkerOutputRouter | None = None
@@ -320,11 +323,11 @@ def setup_worker_logging() -> None:
 _active: RunConsole | None = None
 
 
-def install(verbose: bool = False) -> RunConsole:
+def install(verbose: bool = False, header: Callable[[Any, Path], list[str]] | None = None) -> RunConsole:
     global _active
     if _active is not None:
         _active.uninstall()
-    _active = RunConsole(verbose=verbose)
+    _active = RunConsole(verbose=verbose, header=header)
     _active.install()
     return _active
 
@@ -353,11 +356,9 @@ def start_run(cfg, run_dir: Path) -> None:
     """The run directory exists: logs go under it, and the header is printed (CLI runs only)."""
     if _active is None:
         return
-    from rlvr.describe import header_lines
-
     _active.attach(run_dir)
     say("rlvr run " + Path(run_dir).name)
-    for line in header_lines(cfg, run_dir):
+    for line in _active.header(cfg, run_dir) if _active.header else []:
         say("  " + line)
 
 

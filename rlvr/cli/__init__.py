@@ -1,0 +1,1 @@
+"""The command line: `python -m rlvr.start` (start), `--dry-run` (dry_run), the run header (describe)."""
