@@ -10,8 +10,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+QUICK_TIERS = ("unit", "contract")  # tests/README.md: tiers 1-2, `pytest -m quick`
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` run only where torch sees a CUDA device."""
+    """Unit and contract tests not marked `slow` are `quick` (the inner loop: `pytest -m quick`). Tests marked
+    `gpu` run only where torch sees a CUDA device."""
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO).parts
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in QUICK_TIERS and "slow" not in item.keywords:
+            item.add_marker(pytest.mark.quick)
     gpu_tests = [item for item in items if "gpu" in item.keywords]
     if not gpu_tests:
         return

@@ -41,6 +41,7 @@ whitespace-normalised observation; override it when the observation carries text
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import math
 import random
@@ -55,7 +56,7 @@ class EnvOutputError(ValueError):
     """An env returned something other than the contract's types: the episode ends with status invalid."""
 
 
-class Env:
+class Env(abc.ABC):
     # Sent as the system message in front of the first observation (None: the chat template's default).
     system_prompt: str | None = None
 
@@ -63,13 +64,13 @@ class Env:
         if args:
             raise TypeError(f"{type(self).__name__} takes no arguments, got {sorted(args)}")
 
+    @abc.abstractmethod
     def reset(self, task: dict[str, Any], seed: int) -> str:
         """Starts an episode of `task`; returns the first observation. Same task and seed: same observation."""
-        raise NotImplementedError(f"{type(self).__name__} must implement reset()")
 
+    @abc.abstractmethod
     def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
         """Plays the policy's turn; returns (observation, reward, done, info)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement step()")
 
     def state_key(self, observation: str) -> str:
         return hashlib.sha1(" ".join(observation.split()).encode()).hexdigest()[:16]

@@ -20,6 +20,7 @@ that may hang belong in a `KillableProcessPool` (process_pool.py): a thread that
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import dataclasses
 import inspect
@@ -48,7 +49,7 @@ class TransientRewardError(Exception):
     """Raised by `score` for a failure that may go away if tried again (rate limit, connection reset)."""
 
 
-class RewardWorker:
+class RewardWorker(abc.ABC):
     """Base class of every reward; see the module docstring for how to write one."""
 
     # Exception types that earn a retry; a subclass may widen this (e.g. with its HTTP client's errors).
@@ -72,10 +73,10 @@ class RewardWorker:
         self._in_flight = 0
         self.reset_metrics()
 
+    @abc.abstractmethod
     def score(self, sample: Any) -> RewardResult:
         """Scores one sample (`async def` or plain `def` in subclasses). May raise: evaluate() turns exceptions
-        into a status."""
-        raise NotImplementedError(f"{type(self).__name__} must implement score()")
+        into a status. A subclass without it cannot be instantiated (TypeError naming score)."""
 
     async def evaluate(self, sample: Any, lane: str = "train") -> RewardResult:
         """Scores `sample` under the limits. Never raises (only cancellation propagates) and never hangs: each
