@@ -48,7 +48,12 @@ def actor_objective(
     # the proximal policy's for the decoupled loss.
     old_logp = tensors["old_logp"] if "old_logp" in tensors else logp.detach()
     pg, pg_stats = policy_gradient_loss(logp, old_logp, tensors["advantages"], mask, settings)
-    if settings.decoupled:
+    if "rollout_is_weights" in tensors:
+        # Rollout correction (rlvr/algorithms/rollout_correction.py): pi_train / pi_rollout, truncated, from the
+        # driver. With the decoupled loss it is the same ratio (pi_prox = the trainer's weights before this
+        # update), so it takes the place of the behaviour weights.
+        pg = pg * tensors["rollout_is_weights"]
+    elif settings.decoupled:
         weights, w_stats = behaviour_weights(old_logp, tensors["behav_logp"], mask, settings.behaviour_weight_cap)
         pg = pg * weights
         pg_stats = {**pg_stats, **w_stats}

@@ -24,6 +24,7 @@ checkpoint code above is the same for both; `update` is the generic loop and `tr
 
 from __future__ import annotations
 
+import abc
 import functools
 import inspect
 import math
@@ -50,6 +51,15 @@ MicroLossFn = Callable[[torch.Tensor, TrainBatch, torch.Tensor, torch.Tensor],
                        tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
+def loss_counts(mini: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global token and sequence counts a mini-batch's loss is averaged over (every micro-batch's share is
+    divided by them): those of `count_mask` where the driver set one (the rollout correction's fixed
+    denominator: rejected tokens still counted), else of `loss_mask`."""
+    mask = mini.get("count_mask")
+    mask = mini["loss_mask"] if mask is None else mask
+    return mask.sum(), (mask.sum(dim=1) > 0).sum()
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """What a strategy trains: how to load it (fp32), run it on ids from target column `start` on, and export
@@ -60,7 +70,7 @@ class ModelSpec:
     export: Callable[[dict[str, torch.Tensor], object, Path], None]
 
 
-class TrainStrategy:
+class TrainStrategy(abc.ABC):
     cfg: TrainerConfig
     spec: ModelSpec
     device: torch.device
@@ -71,24 +81,38 @@ class TrainStrategy:
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
 
     # ------------------------------------------------------------------ hooks
+    @abc.abstractmethod
     def _set_train_mode(self, train: bool) -> None:
-        raise NotImplementedError
+        """The model in train or eval mode (dropout)."""
 
+    @abc.abstractmethod
     def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
         """The model's output for target columns start..T-2 (`self.spec.forward`): [B, T-1-start, V] logits
         predicting input_ids[:, 1+start:] for a causal LM (see `causal_lm_logits`), [B, T-1-start] values for the
         critic."""
-        raise NotImplementedError
 
     def _begin_micro(self, first: bool, last: bool) -> None:
         """Before each micro-batch's forward of a mini-batch (zero the gradients, mark the accumulation end)."""
 
+    @abc.abstractmethod
     def _backward(self, loss: torch.Tensor) -> None:
-        raise NotImplementedError
+        """Gradients of `loss` (accumulated over a mini-batch's micro-batches)."""
 
+    @abc.abstractmethod
     def _optimizer_step(self) -> float:
         """Clip, step; returns the global gradient norm before clipping."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    def named_parameters_for_sync(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Full (gathered) weights by Hugging Face name, in `dtype`, for actor_infer (rank 0's are complete)."""
+
+    @abc.abstractmethod
+    def save(self, directory: str) -> None:
+        """Model, optimizer and schedule, for `load` to continue exactly."""
+
+    @abc.abstractmethod
+    def load(self, directory: str) -> None:
+        """Back to what `save` wrote."""
 
     # ------------------------------------------------------------------ rows and micro-batches
     def _shard(self, batch: TrainBatch) -> list[tuple[TrainBatch, torch.Tensor | None]]:
@@ -177,8 +201,7 @@ class TrainStrategy:
         updates = skipped = 0
         for _ in range(self.cfg.ppo_epochs):
             for mini in batch.split(self.cfg.mini_batch_size or len(batch)):
-                mask = mini["loss_mask"]
-                n_tokens, n_seqs = mask.sum(), (mask.sum(dim=1) > 0).sum()
+                n_tokens, n_seqs = loss_counts(mini)
                 if n_tokens == 0:  # every reward in it failed: nothing to learn (same decision on every rank)
                     skipped += 1
                     continue

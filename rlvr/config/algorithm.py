@@ -61,6 +61,33 @@ class GiGPOConfig(Strict):
     step_norm: Literal["mean_norm", "mean_std_norm"] = "mean_norm"  # subtract the anchor-group mean (/ std)
 
 
+class RolloutCorrectionConfig(Strict):
+    """The rollout-trainer mismatch (rlvr/algorithms/rollout_correction.py, docs/algorithms.md): measured as
+    `rollout_corr/*` whenever the samples carry behaviour logprobs, and corrected by truncated (is_*) and/or masked
+    (rs_*) importance sampling between the engine's and the trainer's probabilities. Either correction turns on
+    generation.return_logprobs. The trainer's logprobs cost one extra forward pass per step unless the step
+    computes old logprobs anyway (several updates per batch, the decoupled loss)."""
+
+    # truncated IS: each token's policy-gradient term times min(w, is_threshold), w = pi_train / pi_rollout of the
+    # token (token), of the sequence's geometric mean (geometric) or of the sequence's product (sequence)
+    is_level: Literal["token", "geometric", "sequence"] | None = None
+    is_threshold: float = Field(2.0, gt=0)  # upper truncation of the IS weight
+    is_threshold_lower: float | None = Field(None, gt=0)  # a weight below it is raised to it; None: no floor
+    # masked IS (rejection): tokens / whole sequences whose ratio lies outside [rs_threshold_lower, rs_threshold]
+    # leave the loss
+    rs_level: Literal["token", "geometric", "sequence"] | None = None
+    rs_threshold: float = Field(2.0, gt=1)  # ratios above it are rejected
+    rs_threshold_lower: float | None = Field(None, gt=0, lt=1)  # ratios below it are rejected; None: 1/rs_threshold
+    # Rejected tokens leave the loss's denominator (slime's fix, its PR 657); true: the denominator keeps counting
+    # them, as AReaL does (the loss of a batch with rejections is then smaller)
+    fixed_denominator: bool = False
+    metrics: bool = True  # log rollout_corr/* whenever behaviour logprobs are at hand (false: no extra forward)
+
+    @property
+    def active(self) -> bool:
+        return self.is_level is not None or self.rs_level is not None
+
+
 class AlgorithmConfig(Strict):
     """Loss and advantage settings. `preset` expands to documented defaults (rlvr/algorithms/presets.py);
     every other key here overrides the preset's value."""
@@ -102,6 +129,7 @@ class AlgorithmConfig(Strict):
     # capped at behaviour_weight_cap.
     decoupled_loss: bool = False
     behaviour_weight_cap: float = Field(2.0, gt=0)
+    rollout_correction: RolloutCorrectionConfig = RolloutCorrectionConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> "AlgorithmConfig":

@@ -30,6 +30,7 @@ from rlvr.pipeline.faults import FATAL_FAULTS, FaultLog, Supervisor, run_stopped
 from rlvr.pipeline.local_servers import start_local_sandbox
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
+from rlvr.pipeline.rollout_correction_step import correct_actor_batch
 from rlvr.runtime.ray_runtime import RAY
 from rlvr.runtime.waiter import Waiter
 from rlvr.schedulers.quotas import allocate_quotas
@@ -193,6 +194,11 @@ class RLVRPipeline:
         if self.step < self.cfg.critic.critic_warmup and self.clusters.critic is not None:
             metrics["actor/critic_warmup"] = 1.0  # only the critic trains this step
             return metrics
+        if self.measures_mismatch(batch):
+            train_logp = batch.get("train_logp")
+            batch, corr_metrics = correct_actor_batch(batch, batch["old_logp"] if train_logp is None else train_logp,
+                                                      self.cfg.algorithm.rollout_correction)
+            metrics.update(corr_metrics)
         with timer("train"):
             metrics.update(self.clusters.actor_train.collective("train", batch, step_lr))
         return metrics
@@ -214,8 +220,11 @@ class RLVRPipeline:
         anchor = self.old_logprobs_source(batch)
         if anchor == "actor":
             launch("old_logp", self.clusters.actor_train, "compute_logprobs")
-        elif anchor == "behaviour":
-            batch = batch.with_tensor("old_logp", batch["behav_logp"])  # data the trainer can no longer recompute
+        else:
+            if self.measures_mismatch(batch):  # the trainer's side of rollout_corr/*, which old_logp is not here
+                launch("train_logp", self.clusters.actor_train, "compute_logprobs")
+            if anchor == "behaviour":  # data the trainer can no longer recompute
+                batch = batch.with_tensor("old_logp", batch["behav_logp"])
         for key, (cluster, method, refs) in pending.items():  # all launched already: waiting in turn costs nothing
             batch = batch.with_tensor(key, cluster.collected(refs, method))
         return batch
@@ -226,14 +235,20 @@ class RLVRPipeline:
         (synchronous)), "behaviour" (the engine's logprobs), or None."""
         algo = self.cfg.algorithm
         if self.cfg.uses_behaviour_logprobs and batch.get("behav_logp") is None:
-            raise RuntimeError("the behaviour logprobs of the samples are missing: overlap.* and "
-                               "algorithm.decoupled_loss need an engine that returns them")
+            raise RuntimeError("the behaviour logprobs of the samples are missing: overlap.*, "
+                               "algorithm.decoupled_loss and algorithm.rollout_correction need an engine that "
+                               "returns them")
         needed = self.needs_old_logprobs or algo.use_kl_in_reward  # the KL in the reward is the samples' policy's
-        if algo.decoupled_loss or (needed and not self.cfg.uses_behaviour_logprobs):
+        if algo.decoupled_loss or (needed and not self.cfg.trains_on_stale_data):
             return "actor"
-        if self.cfg.uses_behaviour_logprobs:
+        if self.cfg.trains_on_stale_data:
             return "behaviour"
         return None
+
+    def measures_mismatch(self, batch: TrainBatch) -> bool:
+        """rollout_corr/* this step: behaviour logprobs at hand, and the metrics or a correction asked for."""
+        rc = self.cfg.algorithm.rollout_correction
+        return batch.get("behav_logp") is not None and (rc.metrics or rc.active)
 
     @property
     def needs_old_logprobs(self) -> bool:

@@ -202,6 +202,23 @@ def plot_system(runs: list[RunData], path: Path) -> Path | None:
     return _save(fig, path, drawn)
 
 
+def plot_rollout_corr(runs: list[RunData], path: Path) -> Path | None:
+    """The rollout-trainer mismatch (rlvr/algorithms/rollout_correction.py): logged when the samples carry
+    behaviour logprobs."""
+    fig, axes = _figure(runs, 3, "rollout-trainer mismatch (rollout_corr/*)", width=5)
+    key = lambda name: _key(f"rollout_corr/{name}")  # noqa: E731
+    drawn = _lines(axes[0], runs, {"kl": key("kl"), "k3_kl": key("k3_kl"), "log_ppl_abs_diff":
+                                   key("log_ppl_abs_diff")}, "KL(rollout || train), |log ppl diff|", "nats")
+    ppl_ratio_less_1 = lambda r: [(s, v - 1) for s, v in r.series("rollout_corr/ppl_ratio")]  # noqa: E731
+    drawn |= _lines(axes[1], runs, {"chi2_token": key("chi2_token"), "chi2_seq": key("chi2_seq"),
+                                    "ppl_ratio - 1": ppl_ratio_less_1}, "chi-square, perplexity ratio", "value")
+    drawn |= _lines(axes[2], runs, {"ESS": key("rollout_is_eff_sample_size"),
+                                    "truncated": key("rollout_is_ratio_fraction_high"),
+                                    "rejected": key("rollout_rs_masked_fraction")},
+                    "importance weights: ESS, truncated and rejected tokens", "fraction", kind="fraction")
+    return _save(fig, path, drawn)
+
+
 PLOTS: dict[str, tuple[str, Callable[[list[RunData], Path], Path | None]]] = {
     "val_correct": ("Validation accuracy per domain", plot_val_correct),
     "train_reward": ("Training reward per domain", plot_train_reward),
@@ -210,6 +227,7 @@ PLOTS: dict[str, tuple[str, Callable[[list[RunData], Path], Path | None]]] = {
     "filter_scheduler": ("Filter and scheduler counters", plot_filter_scheduler),
     "reward_latency": ("Reward latency percentiles", plot_reward_latency),
     "system": ("System: memory, CPU, throughput", plot_system),
+    "rollout_corr": ("Rollout-trainer mismatch", plot_rollout_corr),
 }
 
 

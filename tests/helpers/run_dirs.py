@@ -25,6 +25,9 @@ def _train_record(step: int) -> dict:
                "system/driver/rss_gib": 0.5, "system/total/rss_gib": 3.5 + step}
     if step:
         r["system/actor_train/0/cpu_percent"] = 150.0
+    r.update({"rollout_corr/kl": 0.01 * (step + 1), "rollout_corr/k3_kl": 0.01, "rollout_corr/chi2_token": 0.02,
+              "rollout_corr/chi2_seq": 0.2, "rollout_corr/ppl_ratio": 1.01, "rollout_corr/log_ppl_abs_diff": 0.01,
+              "rollout_corr/rollout_is_eff_sample_size": 0.98, "rollout_corr/rollout_is_ratio_fraction_high": 0.0})
     if step in VAL_S:
         r["time/val"] = VAL_S[step]
     r["time/step"] = sum(v for k, v in r.items() if k.startswith("time/"))

@@ -159,3 +159,24 @@ def test_failed_rewards_are_masked_counted_and_training_goes_on(tiny_model_dir, 
         assert record["actor/updates"] == 1
     finally:
         pipeline.close()
+
+
+def test_rollout_correction_measures_and_rejects_in_the_on_policy_update(tiny_model_dir, ray_local, tmp_path):
+    """On-policy single update (the PPO ratio is 1 by construction): the trainer's logprobs come from one extra
+    forward, the mismatch with the engine's is logged, and token rejection keeps tokens out of the loss."""
+    tree = tiny_config(tiny_model_dir, str(tmp_path), run={"max_steps": 1, "eval_every": 0},
+                       algorithm={"preset": "grpo", "rollout_correction": {"rs_level": "token", "rs_threshold": 1.5,
+                                                                           "is_level": "geometric"}})
+    pipeline = run_pipeline(tree)
+    try:
+        (record,) = read_metrics(pipeline.run_dir)
+        assert pipeline.cfg.generation.return_logprobs  # turned on by the correction
+        for key in ("kl", "k3_kl", "chi2_token", "chi2_seq", "ppl_ratio", "training_ppl", "rollout_ppl",
+                    "rollout_is_eff_sample_size", "rollout_is_mean", "rollout_rs_masked_fraction"):
+            assert f"rollout_corr/{key}" in record, key
+        assert record["rollout_corr/k3_kl"] >= 0 and 0 < record["rollout_corr/rollout_is_eff_sample_size"] <= 1
+        assert 0 <= record["rollout_corr/rollout_rs_masked_fraction"] <= 1
+        assert record["rollout_corr/rollout_is_max"] <= 2.0 + 1e-6  # truncated at is_threshold
+        assert record["actor/updates"] == 1
+    finally:
+        pipeline.close()
