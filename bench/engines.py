@@ -122,13 +122,15 @@ def training(model: str, args) -> None:
         return actor_objective(logp, entropy, micro.tensors, settings, n_tokens, n_seqs)
 
     strategies = {}
-    for precision in ("fp32", "bf16"):
-        cfg = ActorTrainConfig(lr=1e-6, micro_batch_size=8, bf16_autocast=precision == "bf16",
+    # fp32; autocast: bf16 compute over fp32 weights; bf16: bf16 weights and compute, fp32 masters
+    for precision, (autocast, bf16_weights) in {"fp32": (False, False), "autocast": (True, False),
+                                                "bf16": (True, True)}.items():
+        cfg = ActorTrainConfig(lr=1e-6, micro_batch_size=8, bf16_autocast=autocast, bf16_weights=bf16_weights,
                                torch_threads=args.threads)
         strategies[f"torch {precision}"] = TorchStrategy(model, cfg, total_steps=100, seed=0)
         strategies[f"deepspeed {precision}"] = DeepSpeedStrategy(
             model, cfg, total_steps=100, seed=0, rank=0, world_size=1, master_addr="127.0.0.1",
-            master_port=free_port())
+            master_port=free_port(), bf16_weights=bf16_weights)
     for s in strategies.values():
         s.train_step(batch, loss_fn)  # warm-up (DeepSpeed builds its buffers on the first step)
     rates: dict[str, list[float]] = {name: [] for name in strategies}
@@ -139,10 +141,10 @@ def training(model: str, args) -> None:
             rates[name].append(n * width / (time.perf_counter() - start))
     print(f"\n[2] training: one optimizer step on {n} x {width} tokens, micro-batch 8, {args.threads} threads, "
           f"{args.reps} reps")
-    print(f"{'strategy':<15} {'tokens/s median [min, max]':>28}  {'vs torch fp32':>13}")
+    print(f"{'strategy':<18} {'tokens/s median [min, max]':>28}  {'vs torch fp32':>13}")
     base = statistics.median(rates["torch fp32"])
     for name, r in rates.items():
-        print(f"{name:<15} {spread(r):>28}  {statistics.median(r) / base:>12.2f}x")
+        print(f"{name:<18} {spread(r):>28}  {statistics.median(r) / base:>12.2f}x")
 
 
 # ------------------------------------------------------------------------------------------- 3. full step
@@ -160,7 +162,7 @@ def rlvr_step_times(model: str, args, out: str, strategy: str, bf16: bool) -> li
         f"generation.max_new_tokens={STEP['new_tokens']}", f"generation.temperature={STEP['temperature']}",
         f"actor_train.lr={STEP['lr']}", "generation.engine=vllm", f"actor_train.strategy={strategy}",
         f"actor_train.bf16_autocast={str(bf16).lower()}", f"generation.dtype={'bfloat16' if bf16 else 'float32'}",
-        "actor_train.deepspeed.bf16_weights=false"])  # as configs/math_code_mix.yaml: fp32 weights, autocast
+        "actor_train.bf16_weights=false"])  # as configs/math_code_mix.yaml: fp32 weights, autocast
     pipeline = RLVRPipeline(cfg)
     try:
         run_dir = pipeline.run()

@@ -8,12 +8,12 @@ mini-batch). What DeepSpeed adds, and how it keeps the update independent of the
   * DeepSpeed *averages* gradients over the data-parallel ranks (divides the reduced sum by W), so each loss is
     multiplied by W before backward: (1/W) * sum_r W * g_r = sum_r g_r = the full mini-batch gradient.
 
-Precision (from `cfg.bf16_autocast` and `bf16_weights`):
+Precision (from `cfg.bf16_autocast` and `cfg.uses_bf16_weights`, as TorchStrategy's):
   * bf16_autocast=False: fp32 weights and compute.
   * bf16_autocast=True, bf16_weights=True (default): DeepSpeed bf16, i.e. bf16 module weights and compute,
     fp32 master weights and optimizer states in the ZeRO optimizer, gradient accumulation in fp32.
   * bf16_autocast=True, bf16_weights=False: fp32 weights with DeepSpeed's `torch_autocast` (bf16 compute), the
-    numerics of TorchStrategy, fp32 communication; `forward_logprobs(autocast=False)` is then a full fp32
+    numerics of TorchStrategy's autocast, fp32 communication; `forward_logprobs(autocast=False)` is then a full fp32
     forward (what the weight-sync check against an fp32 inference engine needs).
 
 Device-agnostic: NCCL on CUDA, gloo on CPU (DS_ACCELERATOR=cpu is set when no CUDA device is visible).

@@ -1,5 +1,13 @@
-"""Training strategy on plain torch: one process, AdamW, gradient accumulation, bf16 autocast; for the smallest
-setups (the deepspeed strategy is the data-parallel one).
+"""Training strategy on plain torch: one process, AdamW, gradient accumulation; for the smallest setups (the
+deepspeed strategy is the data-parallel one).
+
+Precision (`cfg.bf16_autocast`, `cfg.uses_bf16_weights`), as DeepSpeed's modes:
+  * fp32: fp32 weights and compute.
+  * autocast: fp32 weights, bf16 compute under torch.autocast (every matmul casts its fp32 weight first).
+  * bf16 weights: the module is bf16, so forward and backward run in bf16 with no casts (AMX on CPUs that have
+    it, tensor cores on GPUs); the optimizer updates fp32 master copies, and gradients accumulate over a
+    mini-batch's micro-batches in fp32 on the masters. After each step the masters are rounded into the module.
+    Weights for actor_infer come from the masters unless asked for in bf16.
 
 Device-agnostic: CUDA when present, CPU otherwise. The update loop and its normalisation by the *global* token
 (and sequence) count of each mini-batch are shared with the deepspeed strategy (rlvr/backends/train_strategy.py).
@@ -29,22 +37,33 @@ class TorchStrategy(TrainStrategy):
         self.cfg, self.spec = cfg, spec
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = spec.load(model_path).to(self.device)
+        self.bf16_weights = cfg.uses_bf16_weights
         self.trainable = trainable
+        self.masters: dict[str, torch.nn.Parameter] = {}
+        if self.bf16_weights and trainable:  # fp32 copies before the module is rounded to bf16
+            self.masters = {name: torch.nn.Parameter(p.detach().float().clone())
+                            for name, p in self.model.named_parameters()}
+        if self.bf16_weights:
+            self.model.to(torch.bfloat16)
         if not trainable:
             self.model.eval().requires_grad_(False)
             return
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.model.config.use_cache = False
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                           weight_decay=cfg.weight_decay)
+        params = list(self.masters.values()) if self.bf16_weights else self.model.parameters()
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.lr_schedule, cfg.warmup_steps, total_steps))
 
     def _autocast(self, enabled: bool = True):
-        if not (enabled and self.cfg.bf16_autocast):
+        # bf16 weights compute in bf16 without it; autocast=False then still means a bf16 forward
+        if not (enabled and self.cfg.bf16_autocast) or self.bf16_weights:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def _trained_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.masters.values()) if self.bf16_weights else list(self.model.parameters())
 
     # ------------------------------------------------------------------ TrainStrategy hooks
     def _set_train_mode(self, train: bool) -> None:
@@ -61,13 +80,30 @@ class TorchStrategy(TrainStrategy):
 
     def _backward(self, loss: torch.Tensor) -> None:
         loss.backward()
+        if self.bf16_weights:  # this micro-batch's bf16 gradients join the mini-batch's sum in fp32
+            for name, p in self.model.named_parameters():
+                if p.grad is None:
+                    continue
+                master = self.masters[name]
+                if master.grad is None:
+                    master.grad = p.grad.float()
+                else:
+                    master.grad.add_(p.grad)
+                p.grad = None
 
     def _optimizer_step(self) -> float:
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm or float("inf"))
+        params = self._trained_parameters()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm or float("inf"))
         self.optimizer.step()
+        if self.bf16_weights:
+            with torch.no_grad():
+                for name, p in self.model.named_parameters():
+                    p.copy_(self.masters[name])  # round to nearest bf16
         return float(grad_norm)
 
     def named_parameters_for_sync(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        if self.masters and dtype != torch.bfloat16:  # the exact weights, not their bf16 rounding
+            return {name: m.detach().to("cpu", dtype) for name, m in self.masters.items()}
         return {name: p.detach().to("cpu", dtype) for name, p in self.model.named_parameters()}
 
     # ------------------------------------------------------------------ checkpoints
@@ -80,7 +116,11 @@ class TorchStrategy(TrainStrategy):
 
     def load(self, directory: str) -> None:
         path = Path(directory)
-        self.model.load_state_dict(self.spec.load(str(path / "model")).state_dict())
+        state_dict = self.spec.load(str(path / "model")).state_dict()
+        with torch.no_grad():
+            for name, master in self.masters.items():
+                master.copy_(state_dict[name])
+        self.model.load_state_dict(state_dict)  # cast to the module's dtype
         state = torch.load(path / "train_state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -53,7 +53,7 @@ def reward_note(reward) -> str:
 def engines_line(cfg: Config) -> str:
     gen, train = cfg.generation, cfg.actor_train
     strategy = train.strategy + (f" ZeRO-{train.deepspeed.zero_stage}" if train.strategy == "deepspeed" else "")
-    precision = "bf16 autocast" if train.bf16_autocast else "fp32"
+    precision = "bf16 weights" if train.uses_bf16_weights else "bf16 autocast" if train.bf16_autocast else "fp32"
     parts = [f"generation {gen.engine} x{gen.world_size} ({gen.dtype})",
              f"training {strategy} x{train.world_size} ({precision})",
              "reference x1" if cfg.needs_reference else "no reference (no KL term)"]

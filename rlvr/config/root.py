@@ -151,8 +151,8 @@ class Config(Strict):
     @model_validator(mode="after")
     def _check_weight_sync(self) -> "Config":
         t = self.actor_train
-        if t.bf16_weights and t.weight_sync_check_every and self.generation.dtype == "float32":
-            raise _keyed("actor_train.deepspeed.bf16_weights", "bf16 weights make the trainer's forward bf16, which "
+        if t.uses_bf16_weights and t.weight_sync_check_every and self.generation.dtype == "float32":
+            raise _keyed("actor_train.bf16_weights", "bf16 weights make the trainer's forward bf16, which "
                          "the weight-sync check cannot compare with generation.dtype=float32 at its fp32 tolerance; "
                          "set bf16_weights: false (fp32 weights, bf16 autocast), generation.dtype: bfloat16, or "
                          "actor_train.weight_sync_check_every: 0")

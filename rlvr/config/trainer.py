@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,10 +14,13 @@ class DeepSpeedConfig(Strict):
     """actor_train.strategy = deepspeed: ZeRO data parallelism over actor_train.world_size processes."""
 
     zero_stage: Literal[2, 3] = 2  # 2: optimizer states and gradients sharded; 3: parameters too
-    # With actor_train.bf16_autocast: true -> bf16 module weights and compute, fp32 master weights and optimizer
-    # states (DeepSpeed "bf16": half the weight memory); false -> fp32 weights with bf16 autocast (TorchStrategy's
-    # numerics, and an fp32 forward for the weight-sync check). No effect when bf16_autocast is false (all fp32).
-    bf16_weights: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "bf16_weights" in data:
+            raise _keyed("bf16_weights", "moved one level up, for both strategies: <section>.bf16_weights")
+        return data
 
 
 class TrainerConfig(Strict):
@@ -39,8 +42,13 @@ class TrainerConfig(Strict):
     mini_batch_size: int | None = Field(None, ge=1)  # sequences per optimizer step; None: one step per batch
     micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (gradient accumulation)
     ppo_epochs: int = Field(1, ge=1)  # passes over each batch
-    # bf16 autocast in forward and backward (fp32 weights unless deepspeed.bf16_weights)
+    # bf16 compute in forward and backward: over fp32 weights (autocast), or with bf16 weights (bf16_weights)
     bf16_autocast: bool = True
+    # With bf16_autocast: true -> bf16 module weights and compute, fp32 master weights, gradient accumulation and
+    # optimizer states (DeepSpeed's "bf16" mode; the torch strategy keeps fp32 masters itself): AMX / tensor-core
+    # matmuls without autocast's casts, half the weight memory. false -> fp32 weights under bf16 autocast (an
+    # fp32 forward stays possible, for the weight-sync check). None: true for deepspeed, false for torch.
+    bf16_weights: bool | None = None
     gradient_checkpointing: bool = False  # recompute activations in backward to save memory
     torch_threads: int | None = None  # CPU threads of the trainer (None: every core)
 
@@ -52,9 +60,11 @@ class TrainerConfig(Strict):
         return self
 
     @property
-    def bf16_weights(self) -> bool:
-        """The trainer's own forward is bf16 throughout (no fp32 weights to compare an fp32 engine with)."""
-        return self.strategy == "deepspeed" and self.bf16_autocast and self.deepspeed.bf16_weights
+    def uses_bf16_weights(self) -> bool:
+        """The module holds bf16 weights (fp32 masters beside them): its forward is bf16 throughout, so there is
+        no fp32 forward to compare an fp32 engine with."""
+        default = self.strategy == "deepspeed"
+        return self.bf16_autocast and (default if self.bf16_weights is None else self.bf16_weights)
 
 
 class ActorTrainConfig(TrainerConfig):

@@ -28,7 +28,7 @@ def make_strategy(t: TrainerConfig, model_path: str, *, total_steps: int, rank: 
         return DeepSpeedStrategy(model_path, t, total_steps=total_steps, seed=seed, rank=rank,
                                  world_size=world_size, master_addr=master_addr, master_port=master_port,
                                  zero_stage=t.deepspeed.zero_stage, trainable=trainable,
-                                 bf16_weights=t.deepspeed.bf16_weights, spec=spec)
+                                 bf16_weights=t.uses_bf16_weights, spec=spec)
     from rlvr.backends.torch_strategy import TorchStrategy
 
     return TorchStrategy(model_path, t, total_steps=total_steps, seed=seed, trainable=trainable, spec=spec)

@@ -22,7 +22,7 @@ def test_zero2_world_size_2_trains_syncs_and_resumes(tiny_model_dir, ray_local, 
         tiny_model_dir, str(tmp_path), run={"max_steps": 2, "eval_every": 0, "save_every": 2},
         algorithm={"preset": "grpo", "kl_loss_coef": 0.1, "entropy_coef": 0.01},
         # fp32 weights with bf16 autocast: the weight-sync check's forward is fp32 on both sides
-        actor_train={"strategy": "deepspeed", "world_size": 2, "deepspeed": {"zero_stage": 2, "bf16_weights": False},
+        actor_train={"strategy": "deepspeed", "world_size": 2, "deepspeed": {"zero_stage": 2}, "bf16_weights": False,
                      "bf16_autocast": True, "mini_batch_size": 4, "micro_batch_size": 2})
     first = run_pipeline(tree)
     run_dir = first.run_dir
