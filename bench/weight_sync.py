@@ -82,7 +82,7 @@ def run_size(size: str, model: str, params: int, args) -> list[dict]:
     from rlvr.runtime.waiter import Waiter
     from rlvr.workers.actor_infer import ActorInferWorker
     from rlvr.workers.actor_train import ActorTrainWorker
-    from rlvr.workers.cluster import Cluster
+    from rlvr.workers.clusters import ActorInferCluster, ActorTrainCluster
 
     gb = params * 2 / 1e9  # bf16 on the wire
     # trainer fp32 + its bf16 copy + the object store's; per worker: the engine's weights, the shm file and the
@@ -98,8 +98,8 @@ def run_size(size: str, model: str, params: int, args) -> list[dict]:
     cfgs = {path: config_from_dict({**tree, "actor_train": {**tree["actor_train"], "weight_sync": path}})
             for path in ("object_store", "collective")}
     cfg = cfgs["collective"]
-    train = Cluster("actor_train", ActorTrainWorker, 1, cfg, model, rendezvous=True)
-    infer = Cluster("actor_infer", ActorInferWorker, max(workers), cfg, model, max_concurrency=1000)
+    train = ActorTrainCluster.start("actor_train", ActorTrainWorker, 1, cfg, model, rendezvous=True)
+    infer = ActorInferCluster.start("actor_infer", ActorInferWorker, max(workers), cfg, model, max_concurrency=1000)
     probe = list(range(100, 164))
     rows = []
     try:

@@ -29,7 +29,8 @@ from rlvr.runtime.waiter import Waiter
 from rlvr.telemetry import console
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
-from rlvr.workers.cluster import Cluster
+from rlvr.workers.clusters import (ActorInferCluster, ActorTrainCluster, CriticCluster, ReferenceCluster,
+                                   RewardCluster)
 from rlvr.workers.critic import CriticWorker
 from rlvr.workers.infer_router import InferRouter
 from rlvr.workers.placement import Planner
@@ -124,11 +125,11 @@ def load_domain_data(cfg: Config, tokenizer, report_dir: Path | None = None) -> 
 
 @dataclass
 class Clusters:
-    actor_train: Cluster
-    actor_infer: Cluster
-    reference: Cluster | None
-    critic: Cluster | None
-    rewards: dict[str, Cluster]
+    actor_train: ActorTrainCluster
+    actor_infer: ActorInferCluster
+    reference: ReferenceCluster | None
+    critic: CriticCluster | None
+    rewards: dict[str, RewardCluster]
     planner: Planner | None = None
     router: Any = None  # InferRouter actor when there are several inference workers
     weight_sync: WeightSync | None = None
@@ -185,21 +186,21 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
     restarts = cfg.faults.max_restarts
     try:
         # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
-        actor_train = Cluster("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
+        actor_train = ActorTrainCluster.start("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
                               rendezvous=True, waiter=waiter, placement=planner.actor_train())
-        actor_infer = Cluster("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
+        actor_infer = ActorInferCluster.start("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
                               max_concurrency=1000, max_restarts=restarts, waiter=waiter,
                               placement=planner.actor_infer())
-        reference = (Cluster("reference", ReferenceWorker, 1, cfg, model_path, rendezvous=True, waiter=waiter,
+        reference = (ReferenceCluster.start("reference", ReferenceWorker, 1, cfg, model_path, rendezvous=True, waiter=waiter,
                              placement=planner.reference()) if cfg.needs_reference else None)
         critic = None
         if cfg.algorithm.needs_critic:  # a trainer, like actor_train: not restartable
-            critic = Cluster("critic", CriticWorker, cfg.critic.world_size, cfg, critic_model_path(cfg, model_path),
+            critic = CriticCluster.start("critic", CriticWorker, cfg.critic.world_size, cfg, critic_model_path(cfg, model_path),
                              rendezvous=True, waiter=waiter, placement=planner.critic())
         elif cfg.critic.model_fields_set:
             log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
                         cfg.algorithm.adv_estimator)
-        rewards = {domain: Cluster(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
+        rewards = {domain: RewardCluster.start(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
                                    max_concurrency=1000, max_restarts=restarts, waiter=waiter,
                                    placement=planner.reward(domain))
                    for domain, reward in rewards_cfg.items()}
@@ -213,7 +214,7 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
     return clusters
 
 
-def start_router(cfg: Config, planner: Planner, actor_infer: Cluster):
+def start_router(cfg: Config, planner: Planner, actor_infer: ActorInferCluster):
     """The inference router the schedulers share (several inference workers), where the schedulers go: their
     resources, or (placement group) scheduler 0's bundle, asking for nothing. Restartable: it holds no state but
     counters, and its constructor gets the workers' handles again."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import pickle
@@ -12,34 +13,25 @@ from pathlib import Path
 import ray
 import torch
 from tqdm import tqdm
-from transformers import AutoTokenizer
 
-from rlvr.config.load import save_resolved
 from rlvr.config.root import Config
 from rlvr.data.batch import TrainBatch
 from rlvr.data.types import Group
 from rlvr.lifecycle.teardown import CLOSE_TIMEOUT_S, end_all
-from rlvr.models.default_model import resolve_model_path
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.batching import make_train_batch
-from rlvr.pipeline.build import (build_clusters, build_episode_runners, load_domain_data, new_run_dir,
-                                 start_local_judge, start_ray)
-from rlvr.pipeline.domain_schedulers import DomainSchedulers
-from rlvr.pipeline.faults import FATAL_FAULTS, FaultLog, Supervisor, run_stopped
-from rlvr.pipeline.local_servers import start_local_sandbox
+from rlvr.pipeline.faults import FATAL_FAULTS, run_stopped
+from rlvr.pipeline.parts import PipelineParts, build_pipeline
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.rollout_correction_step import correct_actor_batch
-from rlvr.runtime.ray_runtime import RAY
-from rlvr.runtime.waiter import Waiter
 from rlvr.schedulers.quotas import allocate_quotas
 from rlvr.telemetry import console
 from rlvr.telemetry.overlap_metrics import merge_parts, overlap_metrics
 from rlvr.telemetry.system_metrics import SystemMonitor, throughput_metrics
 from rlvr.telemetry.trackers import Trackers
 from rlvr.workers.cluster import Cluster
-from rlvr.workers.placement import write_placement
 
 log = logging.getLogger(__name__)
 
@@ -62,45 +54,27 @@ class PhaseTimer:
 
 
 class RLVRPipeline:
-    # How the loop waits and reads the clock: every wait goes through `self.waiter`, built on this runtime, and the
-    # phase timer reads its clock. The simulator (rlvr/sim) swaps in virtual time.
-    runtime = RAY
-
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, parts: PipelineParts | None = None):
+        """`parts`: what the loop runs on (rlvr/pipeline/parts.py); None starts the real ones for `cfg`."""
         self.cfg = cfg
-        resume_from = (checkpoint.find_resume_point(Path(cfg.run.output_dir), cfg.run.name, cfg.run.resume)
-                       if cfg.run.resume else None)
-        self.run_dir = resume_from.parent.parent if resume_from else new_run_dir(cfg)
-        save_resolved(cfg, self.run_dir)
-        console.start_run(cfg, self.run_dir)  # the header; logs to <run>/logs/ (when the CLI installed the console)
-        self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.data = load_domain_data(cfg, self.tokenizer, report_dir=self.run_dir)
-        episodes = build_episode_runners(cfg, self.tokenizer)  # env domains: played, not scored
-        self.owns_ray = start_ray(cfg)
-        self.waiter = Waiter.from_config(cfg.faults, self.runtime)
-        self.faults = FaultLog(self.run_dir / "faults.jsonl")
-        self.supervisor = Supervisor(cfg.faults, self.waiter, self.faults)
-        self.judge_server, rewards_cfg = start_local_judge(cfg, log_dir=self.run_dir / "logs" / "judge_server")
-        self.sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
-        self.clusters = build_clusters(cfg, self.model_path, rewards_cfg, self.waiter)
-        self.supervisor.watch(self.clusters, self.judge_server, rewards_cfg, self.sandbox_server)
-        self.clusters.weight_sync.supervise(self.supervisor, self.faults)
-        self.schedulers = DomainSchedulers(cfg, self.data, self.clusters.infer_endpoints,
-                                           {d: c.workers for d, c in self.clusters.rewards.items()},
-                                           self.waiter, self.faults, episodes, placement=self.clusters.planner)
-        write_placement(self.run_dir, self.clusters, self.schedulers.actors)
+        parts = build_pipeline(cfg) if parts is None else parts
+        self.run_dir, self.tokenizer = parts.run_dir, parts.tokenizer
+        # How the loop waits and reads the clock: every wait goes through `self.waiter`, built on this runtime,
+        # and the phase timer reads its clock (the simulator's is virtual time).
+        self.runtime, self.waiter, self.faults = parts.runtime, parts.waiter, parts.faults
+        self.clusters, self.schedulers = parts.clusters, parts.schedulers
+        self.judge_server, self.sandbox_server, self.owns_ray = parts.judge_server, parts.sandbox_server, parts.owns_ray
         self.domains = list(cfg.domains)  # the order of the batch's domain_index
         self.advantages = AdvantageStep(cfg)  # KL controller and running reward moments live across steps
         self.step, self.quota_credit, run_id = 0, {}, None
         self.ahead: Rollout | None = None  # next step's rollout, started early (one-step off-policy)
-        if resume_from:
-            run_id = self._restore(resume_from)
+        if parts.resume_from:
+            run_id = self._restore(parts.resume_from)
             rewind_records(self.run_dir, self.step)  # the killed run's records from this step on are re-made
-        self.trackers = Trackers(cfg.trackers, self.run_dir, self.run_dir.name, cfg.model_dump(mode="json"), run_id,
-                                 resume_step=self.step if resume_from else None)
-        self.sync_probe = self._make_sync_probe()
-        self.system = SystemMonitor.for_pipeline(self)
+        self.trackers = parts.trackers or Trackers(
+            cfg.trackers, self.run_dir, self.run_dir.name, cfg.model_dump(mode="json"), run_id,
+            resume_step=self.step if parts.resume_from else None)
+        self.system = parts.system or SystemMonitor.for_pipeline(self)
         self.last_val: float | None = None
 
     # ------------------------------------------------------------------ the loop
@@ -163,9 +137,9 @@ class RLVRPipeline:
                 groups = sorted(groups, key=lambda g: (g.domain, g.group_id))
             parts.append(self.train_on(by_domain(groups), timer, step_lr=not pipelined))
         if pipelined and parts:
-            self.clusters.actor_train.gather("lr_step")  # every rank has its own schedule
+            self.clusters.actor_train.lr_step()
             if self.clusters.critic is not None:
-                self.clusters.critic.gather("lr_step")
+                self.clusters.critic.lr_step()
         timer.add("reward_wait", rollout.wait_s)
         metrics = {**rollout.metrics, **merge_parts(parts)}
         if not parts:  # every domain fell short (filters, exhausted refill): log it and go on, never crash
@@ -190,7 +164,7 @@ class RLVRPipeline:
             metrics.update(adv_metrics)
         if self.clusters.critic is not None:
             with timer("critic_train"):
-                metrics.update(self.clusters.critic.collective("train", batch, step_lr))
+                metrics.update(self.clusters.critic.train(batch, step_lr))
         if self.step < self.cfg.critic.critic_warmup and self.clusters.critic is not None:
             metrics["actor/critic_warmup"] = 1.0  # only the critic trains this step
             return metrics
@@ -200,7 +174,7 @@ class RLVRPipeline:
                                                       self.cfg.algorithm.rollout_correction)
             metrics.update(corr_metrics)
         with timer("train"):
-            metrics.update(self.clusters.actor_train.collective("train", batch, step_lr))
+            metrics.update(self.clusters.actor_train.train(batch, step_lr))
         return metrics
 
     def forwards(self, batch: TrainBatch) -> TrainBatch:
@@ -208,25 +182,22 @@ class RLVRPipeline:
         term), old-policy logprobs (the PPO ratio's anchor when it is not simply the current policy, and the
         policy side of a KL in the reward), the critic's values."""
         shared = self.runtime.put(batch)  # one copy in the object store for every cluster
-        pending: dict[str, tuple[Cluster, str, list[ray.ObjectRef]]] = {}
-
-        def launch(key: str, cluster: Cluster, method: str) -> None:
-            pending[key] = (cluster, method, cluster.collective_async(method, shared))
-
-        if self.clusters.reference is not None:
-            launch("ref_logp", self.clusters.reference, "compute_logprobs")
-        if self.clusters.critic is not None:
-            launch("values", self.clusters.critic, "compute_values")
+        c = self.clusters
+        pending: dict[str, tuple[Cluster, list[ray.ObjectRef]]] = {}
+        if c.reference is not None:
+            pending["ref_logp"] = (c.reference, c.reference.compute_logprobs_async(shared))
+        if c.critic is not None:
+            pending["values"] = (c.critic, c.critic.compute_values_async(shared))
         anchor = self.old_logprobs_source(batch)
         if anchor == "actor":
-            launch("old_logp", self.clusters.actor_train, "compute_logprobs")
+            pending["old_logp"] = (c.actor_train, c.actor_train.compute_logprobs_async(shared))
         else:
             if self.measures_mismatch(batch):  # the trainer's side of rollout_corr/*, which old_logp is not here
-                launch("train_logp", self.clusters.actor_train, "compute_logprobs")
+                pending["train_logp"] = (c.actor_train, c.actor_train.compute_logprobs_async(shared))
             if anchor == "behaviour":  # data the trainer can no longer recompute
                 batch = batch.with_tensor("old_logp", batch["behav_logp"])
-        for key, (cluster, method, refs) in pending.items():  # all launched already: waiting in turn costs nothing
-            batch = batch.with_tensor(key, cluster.collected(refs, method))
+        for key, (cluster, refs) in pending.items():  # all launched already: waiting in turn costs nothing
+            batch = batch.with_tensor(key, cluster.collected(refs, f"forward ({key})"))
         return batch
 
     def old_logprobs_source(self, batch: TrainBatch) -> str | None:
@@ -272,8 +243,8 @@ class RLVRPipeline:
 
     def weight_sync_diff(self) -> float:
         # both sides at once (each is one short forward): the probe costs the slower of the two, not their sum
-        train = self.clusters.actor_train.collective_async("sequence_logprobs", [self.sync_probe])
-        infer = self.clusters.actor_infer.call("sequence_logprobs", [self.sync_probe])
+        train = self.clusters.actor_train.sequence_logprobs_async([self.sync_probe])
+        infer = self.clusters.actor_infer.sequence_logprobs_async([self.sync_probe])
         train = self.clusters.actor_train.collected(train, "sequence_logprobs")[0]
         infers = self.waiter.get(infer, "actor_infer.sequence_logprobs")
         return max(abs(a - b) for infer in infers for a, b in zip(train[1:], infer[0][1:]))
@@ -298,11 +269,11 @@ class RLVRPipeline:
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
         tmp = checkpoint.begin(self.run_dir, self.step)
-        saving = self.clusters.actor_train.collective_async("save", str(tmp / "actor_train"))
+        saving = self.clusters.actor_train.save_async(str(tmp / "actor_train"))
         if self.clusters.critic is not None:
-            saving += self.clusters.critic.collective_async("save", str(tmp / "critic"))
+            saving += self.clusters.critic.save_async(str(tmp / "critic"))
         self.waiter.get(saving, "actor_train/critic.save")
-        torch.save(self.clusters.actor_infer.gather("rng_state"), tmp / "actor_infer_rng.pt")
+        torch.save(self.clusters.actor_infer.rng_states(), tmp / "actor_infer_rng.pt")
         schedulers = self.schedulers.state_dicts()
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step
             pickle.dump({d: st.pop("buffer") for d, st in schedulers.items()}, f)
@@ -315,11 +286,11 @@ class RLVRPipeline:
 
     def _restore(self, ckpt: Path) -> str:
         state = checkpoint.load_driver_state(ckpt)
-        loading = self.clusters.actor_train.collective_async("load", str(ckpt / "actor_train"))
+        loading = self.clusters.actor_train.load_async(str(ckpt / "actor_train"))
         if self.clusters.critic is not None:
             if not (ckpt / "critic").is_dir():
                 raise FileNotFoundError(f"{ckpt}: no critic/ to resume the critic from (saved by a run without one?)")
-            loading += self.clusters.critic.collective_async("load", str(ckpt / "critic"))
+            loading += self.clusters.critic.load_async(str(ckpt / "critic"))
         self.waiter.get(loading, "actor_train/critic.load")
         self.advantages.load_state_dict(state.get("advantages", {}))
         rngs = torch.load(ckpt / "actor_infer_rng.pt")
@@ -332,7 +303,8 @@ class RLVRPipeline:
         log.info("resumed from %s at step %d", ckpt, self.step)
         return state["tracker_run_id"]
 
-    def _make_sync_probe(self) -> list[int]:
+    @functools.cached_property
+    def sync_probe(self) -> list[int]:
         """A fixed short sequence whose logprobs both sides compute after every sync. Short: every weight takes
         part whatever the length, and the probe is compute on both sides (on 2 CPU cores the default model's
         48-token chat probe took a median 0.85 s per step, this one 0.38 s; docs/scaling.md)."""
@@ -347,9 +319,9 @@ class RLVRPipeline:
         end_all([
             ("trackers", self.trackers.close),
             ("the step started ahead", lambda: self.ahead is not None and self.ahead.cancel()),
-            ("reward workers", lambda: ray.get([r for c in clusters.rewards.values() for r in c.call("close")],
+            ("reward workers", lambda: ray.get([r for c in clusters.rewards.values() for r in c.close_async()],
                                                timeout=CLOSE_TIMEOUT_S)),
-            ("generation engines", lambda: ray.get(clusters.actor_infer.call("close"), timeout=CLOSE_TIMEOUT_S)),
+            ("generation engines", lambda: ray.get(clusters.actor_infer.close_async(), timeout=CLOSE_TIMEOUT_S)),
             ("schedulers", self.schedulers.kill),
             ("clusters", lambda: [c.kill() for c in (clusters.actor_train, clusters.actor_infer, clusters.reference,
                                                      clusters.critic, *clusters.rewards.values()) if c is not None]),

@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from rlvr.config.root import Config
 from rlvr.runtime.resend import gather_resent
 from rlvr.runtime.waiter import Waiter
-from rlvr.workers.cluster import Cluster
+from rlvr.workers.clusters import ActorInferCluster, ActorTrainCluster
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def infer_rank_offsets(n_workers: int, ranks_per_worker: int) -> list[int]:
 
 
 class WeightSync:
-    def __init__(self, cfg: Config, actor_train: Cluster, actor_infer: Cluster, waiter: Waiter):
+    def __init__(self, cfg: Config, actor_train: ActorTrainCluster, actor_infer: ActorInferCluster, waiter: Waiter):
         t = cfg.actor_train
         self.cfg, self.waiter = cfg, waiter
         self.method, self.actor_train, self.actor_infer = t.weight_sync, actor_train, actor_infer
@@ -89,16 +89,16 @@ class WeightSync:
         importance ratios stay exact) until the next sync."""
         if self.version is None:
             return None
-        weights, *_ = self.actor_train.call("weights_for_sync")
+        weights, *_ = self.actor_train.weights_for_sync_async()
         return weights, self.version
 
     def _through_object_store(self, version: int) -> None:
         # no driver copy: every rank takes part (ZeRO gathers), rank 0's is used
-        weights, *others = self.actor_train.call("weights_for_sync")
+        weights, *others = self.actor_train.weights_for_sync_async()
         if self.supervisor is not None:  # re-sent to workers restarted meanwhile, kept for later restarts
             self.supervisor.push_weights(weights, version)
         else:
-            self.waiter.get(self.actor_infer.call("load_weights", weights, version), "actor_infer.load_weights")
+            self.waiter.get(self.actor_infer.load_weights_async(weights, version), "actor_infer.load_weights")
         self.waiter.get(others, "actor_train.weights_for_sync")
 
     def _broadcast(self, version: int) -> float:
@@ -110,8 +110,8 @@ class WeightSync:
                     log.info("weight sync: inference processes changed %s -> %s, a new group", self.members, pids)
                 self._form(pids)
             try:
-                sent, *_ = self.waiter.get(self.actor_train.call("broadcast_weights", version, self.bucket_bytes)
-                                           + self.actor_infer.call("receive_weights", version), "weight sync")
+                sent, *_ = self.waiter.get(self.actor_train.broadcast_weights_async(version, self.bucket_bytes)
+                                           + self.actor_infer.receive_weights_async(version), "weight sync")
                 return sent["bytes"]
             except (RayActorError, RayTaskError) as err:
                 if attempt == tries - 1:

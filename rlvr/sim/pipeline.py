@@ -23,18 +23,17 @@ from types import SimpleNamespace
 from rlvr.config.load import config_from_dict
 from rlvr.config.root import Config
 from rlvr.data.types import Prompt
-from rlvr.pipeline.advantage_step import AdvantageStep
 from rlvr.pipeline.build import Clusters
 from rlvr.pipeline.domain_schedulers import DomainSchedulers
 from rlvr.pipeline.faults import FaultLog
+from rlvr.pipeline.parts import PipelineParts
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from rlvr.runtime.waiter import Waiter
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
-from rlvr.sim import OVERLAP_MODES  # noqa: F401  (re-exported: simulate(spec, OVERLAP_MODES[name]))
 from rlvr.sim.clock import SimRuntime
 from rlvr.sim.fakes import SimDevice, SimEngine, SimInferWorker, SimLatencyReward, SimTrainWorker
 from rlvr.sim.latency import LatencyModel
-from rlvr.workers.cluster import Cluster
+from rlvr.workers.clusters import ActorInferCluster, ActorTrainCluster, RewardCluster
 from rlvr.workers.rewards.reward_actor import RewardActor
 
 DOMAIN = "judge"
@@ -118,16 +117,6 @@ class SimSpec:
         return config_from_dict(tree)
 
 
-class SimCluster(Cluster):
-    """A Cluster whose workers are local objects on the simulation's loop (no Ray actors); it waits through the
-    driver's waiter, whose runtime is the simulation's."""
-
-    def __init__(self, name: str, workers: list, waiter: Waiter):  # not super(): no Ray actors to start
-        self.name = name
-        self.waiter = waiter
-        self.workers = [waiter.runtime.actor(w) for w in workers]
-
-
 class SimDomainSchedulers(DomainSchedulers):
     """DomainSchedulers over local DynamicSamplingSchedulers on the simulation's loop: the driver's calls, deadlines
     and bookkeeping are the real ones; no Ray actor, so nothing is ever restarted."""
@@ -166,43 +155,42 @@ class SimTrackers:
 
 
 class SimPipeline(RLVRPipeline):
-    # Not super().__init__(): the start-up (Ray, model, data, judge server) is what the simulator replaces.
+    """RLVRPipeline itself on parts that take simulated time: the start-up (Ray, model, data, judge server) is
+    what the simulator replaces."""
+
     def __init__(self, spec: SimSpec, mode: dict[str, bool]):
-        self.cfg = cfg = spec.config(mode)
-        self.runtime = SimRuntime()
+        cfg = spec.config(mode)
+        runtime = SimRuntime()
         # The driver's waits as in a real run (deadlines in simulated seconds); no supervisor ticks: nothing dies.
-        self.waiter = waiter = Waiter.from_config(cfg.faults, self.runtime)
-        self.faults = FaultLog(None)
+        waiter = Waiter.from_config(cfg.faults, runtime)
+        faults = FaultLog(None)
         self.device = SimDevice(spec.seconds)
         engine = SimEngine(self.device, spec.samples, cfg.generation.max_batch_size)
         self.trainer = SimTrainWorker(self.device, spec.samples, cfg.actor_train.mini_batch_size)
         self.reward = RewardActor(DOMAIN, cfg.domains[DOMAIN].reward)
-        self.clusters = Clusters(
-            actor_train=SimCluster("actor_train", [self.trainer], waiter),
-            actor_infer=SimCluster("actor_infer", [SimInferWorker(engine, cfg.generation.max_in_flight_per_worker)],
-                                   waiter),
+        # The driver's typed clusters over local objects on the simulation's loop (no Ray actors), waiting through
+        # the driver's waiter, whose runtime is the simulation's.
+        local = runtime.actor
+        clusters = Clusters(
+            actor_train=ActorTrainCluster("actor_train", [local(self.trainer)], waiter),
+            actor_infer=ActorInferCluster(
+                "actor_infer", [local(SimInferWorker(engine, cfg.generation.max_in_flight_per_worker))], waiter),
             reference=None,
             critic=None,
-            rewards={DOMAIN: SimCluster(f"reward/{DOMAIN}", [self.reward], waiter)})
+            rewards={DOMAIN: RewardCluster(f"reward/{DOMAIN}", [local(self.reward)], waiter)})
         prompts = [Prompt(uid=f"q{i}", domain=DOMAIN, ground_truth="", prompt_ids=[1, 2, 3, 4])
                    for i in range(spec.prompts_per_step * 4)]
-        self.schedulers = SimDomainSchedulers(cfg, {DOMAIN: SimpleNamespace(train=prompts, val=[])},
-                                              self.clusters.actor_infer.workers,
-                                              {d: c.workers for d, c in self.clusters.rewards.items()},
-                                              waiter, self.faults)
-        self.scheduler = self.schedulers.objects[DOMAIN]
-        self.domains = list(cfg.domains)
-        self.advantages = AdvantageStep(cfg)
-        self.step, self.quota_credit, self.ahead = 0, {}, None
-        self.tokenizer = SimpleNamespace(pad_token_id=0)
-        self.trackers = SimTrackers()
-        self.system = SimSystem()
-        self.run_dir = None
-        self.last_val = None
+        schedulers = SimDomainSchedulers(cfg, {DOMAIN: SimpleNamespace(train=prompts, val=[])},
+                                         clusters.actor_infer.workers,
+                                         {d: c.workers for d, c in clusters.rewards.items()}, waiter, faults)
+        self.scheduler = schedulers.objects[DOMAIN]
+        super().__init__(cfg, PipelineParts(run_dir=None, tokenizer=SimpleNamespace(pad_token_id=0), waiter=waiter,
+                                            faults=faults, clusters=clusters, schedulers=schedulers, runtime=runtime,
+                                            trackers=SimTrackers(), system=SimSystem()))
 
     def model_update(self) -> dict[str, float]:
         """The weight sync's duration on the device; the engine then stamps this step's version on samples."""
-        self.clusters.actor_infer.gather("load_weights", None, self.step)
+        self.waiter.get(self.clusters.actor_infer.load_weights_async(None, self.step), "actor_infer.load_weights")
         return {}
 
     def close(self) -> None:

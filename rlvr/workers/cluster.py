@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import ray
 
@@ -13,36 +13,47 @@ if TYPE_CHECKING:
 
 
 class Cluster:
-    def __init__(self, name: str, worker_cls: type, world_size: int, *args: Any,
-                 num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None,
-                 rendezvous: bool = False, max_restarts: int = 0, waiter: Waiter | None = None,
-                 placement: Placement | None = None, **kwargs: Any):
-        """rendezvous=True: the workers form one process group. Each gets `rank` and `world_size`; rank 0 picks
+    """`workers`: handles with `.method.remote(...)` (Ray actors, or the simulator's local actors); every wait of
+    `gather` and friends goes through `waiter` (a deadline, and supervision while waiting), and so through the
+    waiter's runtime (Ray, or the simulator's virtual time: rlvr/sim). `start` makes the Ray actors. The typed
+    clusters of rlvr/workers/clusters.py name the methods the driver calls; these generic ones take the name."""
+
+    def __init__(self, name: str, workers: list, waiter: Waiter | None = None, placement: Placement | None = None):
+        self.name = name
+        self.workers = list(workers)
+        self.waiter = waiter or Waiter()
+        self.placement = placement
+
+    @classmethod
+    def start(cls, name: str, worker_cls: type, world_size: int, *args: Any,
+              num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None,
+              rendezvous: bool = False, max_restarts: int = 0, waiter: Waiter | None = None,
+              placement: Placement | None = None, **kwargs: Any) -> Self:
+        """`world_size` Ray actors of `worker_cls`, each made with (*args, rank=r, **kwargs).
+
+        rendezvous=True: the workers form one process group. Each gets `rank` and `world_size`; rank 0 picks
         an address and a free port on its own node (`rendezvous_address()`), and every rank joins through it in
         `setup(master_addr, master_port)`, called on all ranks at once (joining blocks until all have come).
         max_restarts: Ray restarts a worker that dies this many times (its constructor runs again); calls in
-        flight at its death fail, later ones wait for it. Every wait of `gather` and friends goes through `waiter`
-        (a deadline, and supervision while waiting), and so through the waiter's runtime (Ray, or the simulator's
-        virtual time: rlvr/sim). `placement` (rlvr/workers/placement.py) gives each rank its Ray resources and
-        placement-group bundle; it replaces num_cpus / num_gpus, and the cluster releases the placement group it
-        owns in `kill`."""
+        flight at its death fail, later ones wait for it. `placement` (rlvr/workers/placement.py) gives each
+        rank its Ray resources and placement-group bundle; it replaces num_cpus / num_gpus, and the cluster
+        releases the placement group it owns in `kill`."""
         # num_cpus=0 by default: workers of different phases take turns on the same cores, and Ray must not
         # refuse to place them on a 2-core machine; the torch thread count is set inside each worker.
         options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": max_restarts}
         if max_concurrency is not None:
             options["max_concurrency"] = max_concurrency
         remote_cls = ray.remote(worker_cls)
-        self.name = name
-        self.waiter = waiter or Waiter()
         if rendezvous:
             kwargs = {**kwargs, "world_size": world_size}
-        self.placement = placement
-        self.workers = [remote_cls.options(**{**options, **(placement.for_rank(rank) if placement else {})})
-                        .remote(*args, rank=rank, **kwargs) for rank in range(world_size)]
+        workers = [remote_cls.options(**{**options, **(placement.for_rank(rank) if placement else {})})
+                   .remote(*args, rank=rank, **kwargs) for rank in range(world_size)]
+        cluster = cls(name, workers, waiter, placement)
         if rendezvous:
-            master_addr, master_port = self.waiter.get(self.workers[0].rendezvous_address.remote(),
-                                                       f"{name}: rendezvous address")
-            self.waiter.get([w.setup.remote(master_addr, master_port) for w in self.workers], f"{name}: setup")
+            master_addr, master_port = cluster.waiter.get(workers[0].rendezvous_address.remote(),
+                                                          f"{name}: rendezvous address")
+            cluster.waiter.get([w.setup.remote(master_addr, master_port) for w in workers], f"{name}: setup")
+        return cluster
 
     def __len__(self) -> int:
         return len(self.workers)

@@ -42,8 +42,8 @@ def main() -> None:
     judge, rewards = start_local_judge(cfg)
     sandbox, rewards = start_local_sandbox(cfg, rewards)
     planner = Planner(cfg)
-    clusters = {d: Cluster(f"reward/{d}", RewardActor, 1, d, rewards[d], max_concurrency=10,
-                           placement=planner.reward(d)) for d in ("code", "judge")}
+    clusters = {d: Cluster.start(f"reward/{d}", RewardActor, 1, d, rewards[d], max_concurrency=10,
+                                 placement=planner.reward(d)) for d in ("code", "judge")}
     try:
         inputs = {"code": sample("code", PROGRAM, json.dumps(TESTS)), "judge": sample("judge", "Paris.", "Paris")}
         results = {d: ray.get(c.workers[0].score.remote(inputs[d])) for d, c in clusters.items()}

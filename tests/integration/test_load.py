@@ -137,9 +137,9 @@ def test_5000_prompt_validation_accounts_for_every_prompt(tiny_model_dir, ray_lo
         ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         prompts.append(Prompt(uid=f"val:{i}", domain="arithmetic", ground_truth=str(i + 1), messages=messages,
                               prompt_ids=ids))
-    infer = Cluster("actor_infer", ActorInferWorker, 1, cfg, tiny_model_dir, max_concurrency=1000)
-    reward = Cluster("reward/arithmetic", RewardActor, 1, "arithmetic", cfg.domains["arithmetic"].reward,
-                     max_concurrency=1000)
+    infer = Cluster.start("actor_infer", ActorInferWorker, 1, cfg, tiny_model_dir, max_concurrency=1000)
+    reward = Cluster.start("reward/arithmetic", RewardActor, 1, "arithmetic", cfg.domains["arithmetic"].reward,
+                           max_concurrency=1000)
     scheduler = ray.remote(DynamicSamplingScheduler).options(num_cpus=0, max_concurrency=1000).remote(
         "arithmetic", [], ray.put(prompts), infer.workers, reward.workers, cfg)
     try:

@@ -1,0 +1,73 @@
+"""What the driver runs on, handed to it whole: `build_pipeline(cfg)` starts the real parts (run directory, data,
+Ray, the judge and sandbox servers, every cluster, the schedulers, fault supervision); the simulator (rlvr/sim) and
+tests build `PipelineParts` from fakes instead. RLVRPipeline itself starts nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from rlvr.config.load import save_resolved
+from rlvr.config.root import Config
+from rlvr.models.default_model import resolve_model_path
+from rlvr.pipeline import checkpoint
+from rlvr.pipeline.build import (Clusters, build_clusters, build_episode_runners, load_domain_data, new_run_dir,
+                                 start_local_judge, start_ray)
+from rlvr.pipeline.domain_schedulers import DomainSchedulers
+from rlvr.pipeline.faults import FaultLog, Supervisor
+from rlvr.pipeline.local_servers import start_local_sandbox
+from rlvr.runtime.ray_runtime import RAY
+from rlvr.runtime.waiter import Waiter
+from rlvr.telemetry import console
+from rlvr.workers.placement import write_placement
+
+
+@dataclass
+class PipelineParts:
+    run_dir: Path | None
+    tokenizer: Any  # its pad id builds the batches; the weight-sync probe is tokenised with it
+    waiter: Waiter  # every wait of the driver (deadlines; the supervisor's tick while waiting)
+    faults: FaultLog
+    clusters: Clusters
+    schedulers: DomainSchedulers
+    runtime: Any = RAY  # how the loop waits and reads the clock: Ray and the wall clock, or virtual time
+    resume_from: Path | None = None  # a checkpoint to continue from
+    trackers: Any = None  # None: the real ones (JSONL, TensorBoard, W&B), made once the resume point is read
+    system: Any = None  # None: the real SystemMonitor over the clusters' processes
+    # What the pipeline started and so ends in close() (none in the simulator)
+    judge_server: Any = None
+    sandbox_server: Any = None
+    owns_ray: bool = False
+
+
+def build_pipeline(cfg: Config) -> PipelineParts:
+    """The parts of a real run, started in order: the run directory (or the one to resume), the model's tokenizer
+    and the data (errors in them stop the run before any process starts), Ray, the servers, the clusters, the
+    schedulers."""
+    resume_from = (checkpoint.find_resume_point(Path(cfg.run.output_dir), cfg.run.name, cfg.run.resume)
+                   if cfg.run.resume else None)
+    run_dir = resume_from.parent.parent if resume_from else new_run_dir(cfg)
+    save_resolved(cfg, run_dir)
+    console.start_run(cfg, run_dir)  # the header; logs to <run>/logs/ (when the CLI installed the console)
+    model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    data = load_domain_data(cfg, tokenizer, report_dir=run_dir)
+    episodes = build_episode_runners(cfg, tokenizer)  # env domains: played, not scored
+    owns_ray = start_ray(cfg)
+    waiter = Waiter.from_config(cfg.faults, RAY)
+    faults = FaultLog(run_dir / "faults.jsonl")
+    supervisor = Supervisor(cfg.faults, waiter, faults)
+    judge_server, rewards_cfg = start_local_judge(cfg, log_dir=run_dir / "logs" / "judge_server")
+    sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
+    clusters = build_clusters(cfg, model_path, rewards_cfg, waiter)
+    supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server)
+    clusters.weight_sync.supervise(supervisor, faults)
+    schedulers = DomainSchedulers(cfg, data, clusters.infer_endpoints,
+                                  {d: c.workers for d, c in clusters.rewards.items()},
+                                  waiter, faults, episodes, placement=clusters.planner)
+    write_placement(run_dir, clusters, schedulers.actors)
+    return PipelineParts(run_dir, tokenizer, waiter, faults, clusters, schedulers, resume_from=resume_from,
+                         judge_server=judge_server, sandbox_server=sandbox_server, owns_ray=owns_ray)
