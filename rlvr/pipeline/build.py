@@ -186,23 +186,26 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
     restarts = cfg.faults.max_restarts
     try:
         # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
-        actor_train = ActorTrainCluster.start("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg, model_path,
-                              rendezvous=True, waiter=waiter, placement=planner.actor_train())
-        actor_infer = ActorInferCluster.start("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg, model_path,
-                              max_concurrency=1000, max_restarts=restarts, waiter=waiter,
-                              placement=planner.actor_infer())
-        reference = (ReferenceCluster.start("reference", ReferenceWorker, 1, cfg, model_path, rendezvous=True, waiter=waiter,
-                             placement=planner.reference()) if cfg.needs_reference else None)
+        actor_train = ActorTrainCluster.start("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg,
+                                              model_path, rendezvous=True, waiter=waiter,
+                                              placement=planner.actor_train())
+        actor_infer = ActorInferCluster.start("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg,
+                                              model_path, max_concurrency=1000, max_restarts=restarts, waiter=waiter,
+                                              placement=planner.actor_infer())
+        reference = (ReferenceCluster.start("reference", ReferenceWorker, 1, cfg, model_path, rendezvous=True,
+                                            waiter=waiter, placement=planner.reference())
+                     if cfg.needs_reference else None)
         critic = None
         if cfg.algorithm.needs_critic:  # a trainer, like actor_train: not restartable
-            critic = CriticCluster.start("critic", CriticWorker, cfg.critic.world_size, cfg, critic_model_path(cfg, model_path),
-                             rendezvous=True, waiter=waiter, placement=planner.critic())
+            critic = CriticCluster.start("critic", CriticWorker, cfg.critic.world_size, cfg,
+                                         critic_model_path(cfg, model_path), rendezvous=True, waiter=waiter,
+                                         placement=planner.critic())
         elif cfg.critic.model_fields_set:
             log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
                         cfg.algorithm.adv_estimator)
         rewards = {domain: RewardCluster.start(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
-                                   max_concurrency=1000, max_restarts=restarts, waiter=waiter,
-                                   placement=planner.reward(domain))
+                                               max_concurrency=1000, max_restarts=restarts, waiter=waiter,
+                                               placement=planner.reward(domain))
                    for domain, reward in rewards_cfg.items()}
         clusters = Clusters(actor_train, actor_infer, reference, critic, rewards, planner)
         clusters.weight_sync = WeightSync(cfg, actor_train, actor_infer, waiter or Waiter())

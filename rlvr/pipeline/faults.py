@@ -92,18 +92,21 @@ class Supervisor:
         self._weights: tuple[Any, int] | None = None  # the last synced weights (a ref) and their version
         # Where a restarted actor_infer worker gets weights when no sync kept them in the object store (the
         # collective weight sync, rlvr/pipeline/weight_sync.py): called when one comes back; (ref, version) or None.
-        self.weight_source: Callable[[], tuple[Any, int] | None] | None = None
+        self.weight_source: Callable[[], tuple[Any, int] | None] | None = None  # set by watch()
         self.sandbox = None  # the shared sandbox server (rlvr/pipeline/local_servers.py), whose restarts it counts
         self._sandbox_restarts = 0
         self.sandbox_rewards: list = []  # reward actors that use it
         self._judge_restarts = 0
-        waiter.tick, waiter.describe = self.tick, self.describe
+        waiter.supervise_with(self.tick, self.describe)
 
-    def watch(self, clusters, judge=None, rewards_cfg: dict | None = None, sandbox=None) -> None:
+    def watch(self, clusters, judge=None, rewards_cfg: dict | None = None, sandbox=None,
+              weight_source: Callable[[], tuple[Any, int] | None] | None = None) -> None:
         """What to watch: the actor_infer and reward workers, the local judge server and the shared sandbox server
-        with the reward actors that use them (those whose config got their URL). Waits until every worker is up
-        (model loaded), so that start-up, which may take minutes, is bounded by faults.restart_timeout_s and not
-        charged to the first step's deadlines."""
+        with the reward actors that use them (those whose config got their URL), and where restarted inference
+        workers get weights (`weight_source`). Waits until every worker is up (model loaded), so that start-up,
+        which may take minutes, is bounded by faults.restart_timeout_s and not charged to the first step's
+        deadlines."""
+        self.weight_source = weight_source
         self.infer = list(clusters.actor_infer.workers)
         self.workers = [_Watched(f"actor_infer/{i}", w, True) for i, w in enumerate(self.infer)]
         self.workers += [_Watched(f"reward/{d}/{i}", w, False) for d, c in clusters.rewards.items()
@@ -120,7 +123,7 @@ class Supervisor:
         if sandbox is not None and rewards_cfg:
             self.sandbox_rewards = [w for d, r in rewards_cfg.items() if r.args.get("url") == sandbox.url
                                     for w in clusters.rewards[d].workers]
-            sandbox.users = self.sandbox_rewards
+            sandbox.tell_on_restart(self.sandbox_rewards)
 
     # ------------------------------------------------------------------ weights
     def push_weights(self, weights: ray.ObjectRef, version: int) -> None:

@@ -46,11 +46,15 @@ class SharedSandbox:
 
         s = cfg.sandbox_server
         self.host = s.host
-        self.users: list = []
+        self.users: list = []  # tell_on_restart
         self.server = LocalSandboxServer(max_parallel=s.max_parallel, host=s.host,
                                          startup_timeout_s=s.startup_timeout_s, backend=s.backend,
                                          max_restarts=cfg.faults.max_restarts, on_restart=self._moved)
         self.url = reachable_url(self.server.start(), s.host)
+
+    def tell_on_restart(self, actors: list) -> None:
+        """The reward actors that call this server: a restart on another port is passed to them."""
+        self.users = list(actors)
 
     def _moved(self, url: str) -> None:  # on the server's watcher thread
         self.url = reachable_url(url, self.host)

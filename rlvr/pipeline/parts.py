@@ -63,7 +63,8 @@ def build_pipeline(cfg: Config) -> PipelineParts:
     judge_server, rewards_cfg = start_local_judge(cfg, log_dir=run_dir / "logs" / "judge_server")
     sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
     clusters = build_clusters(cfg, model_path, rewards_cfg, waiter)
-    supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server)
+    supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server,
+                     weight_source=clusters.weight_sync.weight_source)
     clusters.weight_sync.supervise(supervisor, faults)
     schedulers = DomainSchedulers(cfg, data, clusters.infer_endpoints,
                                   {d: c.workers for d, c in clusters.rewards.items()},

@@ -60,11 +60,15 @@ class WeightSync:
         self.events = None
 
     def supervise(self, supervisor, events) -> None:
-        """Restarted inference workers get weights from the supervisor; with the collective group the object
-        store holds none, so it asks actor_train for them when one comes back (`restart_weights`)."""
+        """Restarted inference workers get weights from the supervisor (see `weight_source`)."""
         self.supervisor, self.events = supervisor, events
-        if self.method == "collective":
-            supervisor.weight_source = self.restart_weights
+
+    @property
+    def weight_source(self):
+        """For the supervisor's restarted inference workers: with the collective group the object store holds no
+        weights, so they come from actor_train when one comes back (`restart_weights`); None: the last sync's
+        ref, which the supervisor keeps."""
+        return self.restart_weights if self.method == "collective" else None
 
     # ------------------------------------------------------------------ one sync
     def push(self, version: int) -> dict[str, float]:

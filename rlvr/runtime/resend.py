@@ -45,7 +45,8 @@ async def resend(send: Callable[[int], Awaitable[Any]], patience_s: float,
 
 
 def call_resent(waiter: Waiter, send: Callable[[], ray.ObjectRef], what: str, patience_s: float,
-                on_resend: Callable[[BaseException], None] | None = None, first_ref: ray.ObjectRef | None = None) -> Any:
+                on_resend: Callable[[BaseException], None] | None = None,
+                first_ref: ray.ObjectRef | None = None) -> Any:
     """The driver's form of `resend`: waits with `waiter` (deadline, supervision), pauses while ticking."""
     attempt, first = 0, None
     ref = first_ref if first_ref is not None else send()

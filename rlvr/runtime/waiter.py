@@ -60,6 +60,12 @@ class Waiter:
         self.describe: Callable[[], str] | None = None  # what the supervisor sees, added to a deadline's error
         self._ticking = False
 
+    def supervise_with(self, tick: Callable[[], None], describe: Callable[[], str] | None = None) -> None:
+        """`tick` runs every poll_s while the driver waits (the supervisor brings dead workers back there);
+        `describe` adds what it sees to a deadline's error. The supervisor calls this once it exists: it waits
+        through this very waiter, so neither can be made with the other."""
+        self.tick, self.describe = tick, describe
+
     @classmethod
     def from_config(cls, faults, runtime=RAY) -> "Waiter":
         return cls(faults.wait_timeout_s, faults.poll_s, runtime=runtime)

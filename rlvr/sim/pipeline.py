@@ -30,6 +30,7 @@ from rlvr.pipeline.parts import PipelineParts
 from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from rlvr.runtime.waiter import Waiter
 from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler
+from rlvr.sim import OVERLAP_MODES  # noqa: F401  (re-exported: simulate(spec, OVERLAP_MODES[name]))
 from rlvr.sim.clock import SimRuntime
 from rlvr.sim.fakes import SimDevice, SimEngine, SimInferWorker, SimLatencyReward, SimTrainWorker
 from rlvr.sim.latency import LatencyModel

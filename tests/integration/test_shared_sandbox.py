@@ -31,7 +31,8 @@ def test_shared_sandbox_restarts_in_place_and_is_counted_once(tmp_path):
         supervisor = Supervisor(cfg.faults, Waiter(), events)
         supervisor.sandbox = shared
         told: list[str] = []
-        shared.users = [SimpleNamespace(set_sandbox_url=SimpleNamespace(remote=told.append))]  # a reward actor's handle
+        a_reward_actor = SimpleNamespace(set_sandbox_url=SimpleNamespace(remote=told.append))  # its handle's shape
+        shared.tell_on_restart([a_reward_actor])
         first = shared.server.pid
         os.kill(first, signal.SIGKILL)
         deadline = time.monotonic() + 60

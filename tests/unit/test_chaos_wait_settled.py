@@ -23,6 +23,6 @@ def test_waiting_for_a_recovery_runs_the_supervisor():
                 injector._pending -= 1
                 injector._settled.notify_all()
 
-    waiter.tick = supervise
+    waiter.supervise_with(supervise)
     injector.wait_settled(2, timeout_s=30)
     assert injector._pending == 0 and len(ticks) == 3

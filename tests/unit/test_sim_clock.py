@@ -100,7 +100,7 @@ def test_waiter_deadline_and_supervision_ticks_run_in_simulated_seconds():
     runtime = SimRuntime()
     try:
         waiter, ticks = Waiter(timeout_s=60, poll_s=10.0, runtime=runtime), []
-        waiter.tick = lambda: ticks.append(runtime.now())
+        waiter.supervise_with(lambda: ticks.append(runtime.now()))
         with pytest.raises(DeadlineExceeded, match="a hung call: no result within 60s"):
             waiter.get(runtime.actor(_Worker()).slow.remote(3600, "never"), "a hung call")
         assert runtime.now() == pytest.approx(60)  # an hour's call cut at the deadline, in no wall time
