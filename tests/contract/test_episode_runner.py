@@ -159,7 +159,7 @@ def test_bad_env_configuration_is_an_error_naming_the_key():
     with pytest.raises(ConfigError, match=r"domains\.agent\.env\.path: cannot import 'rlvr.envs.nope.Env'"):
         resolve_env_class("agent", EnvConfig(path="rlvr.envs.nope.Env"))
     with pytest.raises(ConfigError, match=r"domains\.agent\.env\.path: .* is not an Env subclass"):
-        resolve_env_class("agent", EnvConfig(path="rlvr.config.Config"))
+        resolve_env_class("agent", EnvConfig(path="rlvr.config.root.Config"))
     with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args: .*GridPuzzleEnv rejected them"):
         check_args("agent", resolve_env_class("agent", EnvConfig(path=GRID)), EnvConfig(path=GRID, args={"x": 1}))
     with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args: .*size must be >= 2"):
