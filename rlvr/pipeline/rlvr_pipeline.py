@@ -26,6 +26,7 @@ from rlvr.pipeline.parts import PipelineParts, build_pipeline
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.rollout_correction_step import correct_actor_batch
+from rlvr.pipeline.schedule import StepSchedule
 from rlvr.schedulers.quotas import allocate_quotas
 from rlvr.telemetry import console
 from rlvr.telemetry.overlap_metrics import merge_parts, overlap_metrics
@@ -67,7 +68,7 @@ class RLVRPipeline:
         self.domains = list(cfg.domains)  # the order of the batch's domain_index
         self.advantages = AdvantageStep(cfg)  # KL controller and running reward moments live across steps
         self.step, self.quota_credit, run_id = 0, {}, None
-        self.ahead: Rollout | None = None  # next step's rollout, started early (one-step off-policy)
+        self.schedule = StepSchedule.from_config(cfg)  # when the loop waits on what (the overlap modes)
         if parts.resume_from:
             run_id = self._restore(parts.resume_from)
             rewind_records(self.run_dir, self.step)  # the killed run's records from this step on are re-made
@@ -79,7 +80,7 @@ class RLVRPipeline:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
-        cfg, overlap = self.cfg.run, self.cfg.overlap
+        cfg = self.cfg.run
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc="rlvr", disable=not cfg.progress_bar, unit="step")
         try:
             while self.step < cfg.max_steps:
@@ -90,14 +91,7 @@ class RLVRPipeline:
                 if cfg.eval_every and self.step % cfg.eval_every == 0:
                     with timer("val"):
                         metrics.update(self.val())
-                rollout, self.ahead = self.ahead or self.start_rollout(self.step), None
-                if overlap.one_step_off_policy and self.step + 1 < cfg.max_steps:
-                    # Colocated, as in the recipe: the next step generates now, with the weights just synced,
-                    # and its rewards come in while this step trains.
-                    self.ahead = self.start_rollout(self.step + 1)
-                    timer.add("generate_ahead", self.ahead.wait_generated())
-                elif not overlap.mini_batch_pipeline:
-                    timer.add("generate", rollout.wait_generated())
+                rollout = self.schedule.rollout(self.step, cfg.max_steps, self.start_rollout, timer.add)
                 metrics.update(self.learn(rollout, timer))
                 metrics.update(timer.times)
                 metrics.update(overlap_metrics(metrics, self.cfg))
@@ -127,16 +121,11 @@ class RLVRPipeline:
         return rollout
 
     def learn(self, rollout: Rollout, timer: PhaseTimer) -> dict[str, float]:
-        """Trains on the rollout's groups: all at once, or (mini-batch pipeline) each mini-batch of whole groups
-        as soon as its rewards are in, with one LR-schedule step for the global step."""
-        pipelined = self.cfg.overlap.mini_batch_pipeline
-        per_batch = self.cfg.actor_train.mini_batch_size // self.cfg.rollout.group_size if pipelined else None
-        parts: list[dict[str, float]] = []
-        for groups in rollout.stream(per_batch):
-            if not pipelined:  # completion order is timing; the batch follows launch order (same seed, same run)
-                groups = sorted(groups, key=lambda g: (g.domain, g.group_id))
-            parts.append(self.train_on(by_domain(groups), timer, step_lr=not pipelined))
-        if pipelined and parts:
+        """Trains on the rollout's groups, part by part as the schedule hands them over (the whole batch, or each
+        mini-batch of whole groups as soon as its rewards are in, with one LR-schedule step for the step)."""
+        per_part = self.schedule.lr_step_per_part
+        parts = [self.train_on(by_domain(groups), timer, step_lr=per_part) for groups in self.schedule.parts(rollout)]
+        if not per_part and parts:
             self.clusters.actor_train.lr_step()
             if self.clusters.critic is not None:
                 self.clusters.critic.lr_step()
@@ -278,7 +267,8 @@ class RLVRPipeline:
         with open(tmp / "scheduler_buffers.pkl", "wb") as f:  # finished groups waiting for the next step
             pickle.dump({d: st.pop("buffer") for d, st in schedulers.items()}, f)
         # A rollout started ahead (off-policy) is saved as not started: the schedulers give its prompts back.
-        credit = self.ahead.credit_before if self.ahead is not None else self.quota_credit
+        ahead = self.schedule.ahead
+        credit = ahead.credit_before if ahead is not None else self.quota_credit
         state = {"step": self.step, "quota_credit": credit, "tracker_run_id": self.trackers.run_id,
                  "schedulers": schedulers, "advantages": self.advantages.state_dict()}
         return checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints,
@@ -318,7 +308,7 @@ class RLVRPipeline:
         console.drain_worker_output()  # a worker's last lines (an error's traceback) reach its log first
         end_all([
             ("trackers", self.trackers.close),
-            ("the step started ahead", lambda: self.ahead is not None and self.ahead.cancel()),
+            ("the step started ahead", self.schedule.cancel_ahead),
             ("reward workers", lambda: ray.get([r for c in clusters.rewards.values() for r in c.close_async()],
                                                timeout=CLOSE_TIMEOUT_S)),
             ("generation engines", lambda: ray.get(clusters.actor_infer.close_async(), timeout=CLOSE_TIMEOUT_S)),

@@ -196,8 +196,7 @@ class SimPipeline(RLVRPipeline):
 
     def close(self) -> None:
         try:
-            if self.ahead is not None:
-                self.ahead.cancel()
+            self.schedule.cancel_ahead()
         finally:
             self.runtime.close()
 
