@@ -18,24 +18,27 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from rlvr.backends.train_strategy import (CAUSAL_LM, LossFn, ModelSpec, TrainStrategy, lr_lambda, rng_states,
                                           set_rng_states)
-from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
+
+if TYPE_CHECKING:  # only torch and transformers at run time (scripts/gpu_check.py runs without pydantic)
+    from rlvr.config.trainer import TrainerConfig
 
 
 class TorchStrategy(TrainStrategy):
     def __init__(self, model_path: str, cfg: TrainerConfig, *, total_steps: int, seed: int,
-                 trainable: bool = True, spec: ModelSpec = CAUSAL_LM):
+                 trainable: bool = True, spec: ModelSpec = CAUSAL_LM, device: str | None = None):
         # Ray sets OMP_NUM_THREADS=1 in actors that reserve no CPU; the compute phases take turns, so each
         # worker may use every core unless the config says otherwise.
         torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = spec.load(model_path).to(self.device)
         self.bf16_weights = cfg.uses_bf16_weights
         self.trainable = trainable

@@ -32,6 +32,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -39,8 +40,10 @@ import torch
 from rlvr.algorithms.policy_loss import entropy_from_logits
 from rlvr.backends import dist as rdist
 from rlvr.backends.logprobs import token_logprobs
-from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
+
+if TYPE_CHECKING:  # only torch and transformers at run time (scripts/gpu_check.py runs without pydantic)
+    from rlvr.config.trainer import TrainerConfig
 
 # The policy's loss: (logp, entropy, micro-batch, global token count, global sequence count) -> (loss, stats).
 LossFn = Callable[[torch.Tensor, torch.Tensor, TrainBatch, torch.Tensor, torch.Tensor],

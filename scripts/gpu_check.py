@@ -1,0 +1,127 @@
+"""The precision and rollout-correction checks on a CUDA device, for the day a GPU machine is lent (issue 24 item 6).
+
+    bash scripts/gpu_check.sh              # on CUDA: the checks and a table; without CUDA: one line, exit 0
+    python scripts/gpu_check.py --device cpu   # the same checks on CPU (tests/unit/test_gpu_check.py runs this)
+
+Needs only torch and transformers (the lent machine has no Ray, vLLM, pydantic or network): the trainer's config is
+a plain namespace with the fields TorchStrategy reads, the model a tiny random Llama built here. Each row compares
+the device's result with what it must equal:
+
+    bf16 weights: gradient vs fp32       TorchStrategy with bf16 weights and fp32 masters against fp32 weights
+    bf16 weights: masters stay fp32      after a step, the optimizer's copies are fp32 and the module their rounding
+    correction weights vs CPU            truncated and masked IS (every level) on the device against CPU
+    rejected tokens leave denominator    the loss over kept tokens only (slime's PR 657), on the device
+    packed micro-batches                 not built yet (issue 24 item 4): reported as such
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective  # noqa: E402
+from rlvr.algorithms.rollout_correction import LEVELS, CorrectionSettings, correction_weights  # noqa: E402
+from rlvr.backends.torch_strategy import TorchStrategy  # noqa: E402
+from rlvr.data.batch import TrainBatch  # noqa: E402
+
+
+def trainer_cfg(bf16_weights: bool) -> SimpleNamespace:
+    """The fields of config/trainer.py's TrainerConfig that the torch strategy reads."""
+    return SimpleNamespace(torch_threads=None, bf16_autocast=bf16_weights, uses_bf16_weights=bf16_weights,
+                           gradient_checkpointing=False, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0,
+                           lr_schedule="constant", warmup_steps=0, max_grad_norm=None, mini_batch_size=None,
+                           micro_batch_size=2, ppo_epochs=1)
+
+
+def tiny_llama(out: Path) -> str:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                 tie_word_embeddings=True)).save_pretrained(out)
+    return str(out)
+
+
+def batch(n: int = 4, width: int = 24) -> TrainBatch:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 64, (n, width), generator=g)
+    mask = torch.zeros(n, width - 1)
+    mask[:, 4:] = 1.0
+    adv = torch.randn(n, 1, generator=g) * mask
+    return TrainBatch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": mask,
+                       "advantages": adv})
+
+
+def train_grads(model_dir: str, bf16_weights: bool, device: str) -> tuple[TorchStrategy, torch.Tensor]:
+    s = TorchStrategy(model_dir, trainer_cfg(bf16_weights), total_steps=4, seed=0, device=device)
+    settings = ObjectiveSettings()
+    s.train_step(batch(), lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings, nt, ns))
+    params = s.masters.values() if s.masters else s.model.parameters()
+    return s, torch.cat([p.grad.flatten().float().cpu() for p in params])
+
+
+def check_precision(device: str) -> list[tuple[str, str, str, bool]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = tiny_llama(Path(tmp) / "model")
+        bf16, g16 = train_grads(model_dir, True, device)
+        _, g32 = train_grads(model_dir, False, device)
+    rel = float((g16 - g32).norm() / g32.norm())
+    masters_fp32 = all(m.dtype == torch.float32 for m in bf16.masters.values())
+    rounded = all(torch.equal(p, bf16.masters[n].to(torch.bfloat16)) for n, p in bf16.model.named_parameters())
+    return [("bf16 weights: gradient vs fp32", f"rel diff {rel:.2e}", "< 5e-2", rel < 5e-2),
+            ("bf16 weights: masters stay fp32", f"fp32 {masters_fp32}, module = rounding {rounded}", "both true",
+             masters_fp32 and rounded)]
+
+
+def check_correction(device: str) -> list[tuple[str, str, str, bool]]:
+    g = torch.Generator().manual_seed(2)
+    train = -torch.rand(8, 32, generator=g) * 3
+    rollout = train + torch.randn(8, 32, generator=g) * 0.3
+    mask = (torch.rand(8, 32, generator=g) > 0.2).float()
+    worst = 0.0
+    for level in LEVELS:
+        for settings in (CorrectionSettings(is_level=level), CorrectionSettings(rs_level=level)):
+            cpu = correction_weights(train, rollout, mask, settings)
+            dev = correction_weights(train.to(device), rollout.to(device), mask.to(device), settings)
+            worst = max(worst, float((dev[0].cpu() - cpu[0]).abs().max()))
+            if not torch.equal(dev[1].cpu(), cpu[1]):
+                worst = float("inf")
+    rows = [("correction weights vs CPU", f"max abs diff {worst:.1e}", "< 1e-5", worst < 1e-5)]
+    keep = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]], device=device)
+    tensors = {"loss_mask": keep, "advantages": torch.ones_like(keep)}
+    logp = torch.zeros_like(keep)
+    loss, _ = actor_objective(logp, torch.zeros_like(logp), tensors, ObjectiveSettings(), keep.sum(),
+                              (keep.sum(1) > 0).sum())
+    rows.append(("rejected tokens leave denominator", f"loss {float(loss):.4f}", "-1.0000 (4 kept of 6)",
+                 abs(float(loss) + 1.0) < 1e-6))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here: skipped (python scripts/gpu_check.py --device cpu runs it on CPU)")
+        return 0
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
+    rows = check_precision(args.device) + check_correction(args.device)
+    rows.append(("packed micro-batches", "not built yet (issue 24 item 4)", "-", True))
+    print(f"gpu_check on {name}: torch {torch.__version__}")
+    print(f"{'check':<36} {'result':<38} {'expected':<22} ok")
+    for check, result, expected, ok in rows:
+        print(f"{check:<36} {result:<38} {expected:<22} {'yes' if ok else 'NO'}")
+    return 0 if all(ok for *_, ok in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""scripts/gpu_check.sh, the check a lent GPU machine runs: it skips cleanly without CUDA, its checks pass on CPU,
+and it needs neither pydantic, Ray, vLLM nor DeepSpeed (the lent machine has only torch and transformers)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+
+BLOCKED = ("pydantic", "ray", "vllm", "deepspeed")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script runs its checks instead")
+def test_without_cuda_it_says_so_and_exits_0():
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "no CUDA device here: skipped" in proc.stdout
+
+
+def test_its_checks_pass_on_cpu_with_only_torch_and_transformers():
+    code = (f"import sys\nfor m in {BLOCKED!r}: sys.modules[m] = None\n"
+            "sys.path.insert(0, 'scripts')\nimport gpu_check\nsys.exit(gpu_check.main(['--device', 'cpu']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split("  ")[0]: line for line in proc.stdout.splitlines()}
+    for check in ("bf16 weights: gradient vs fp32", "bf16 weights: masters stay fp32", "correction weights vs CPU",
+                  "rejected tokens leave denominator"):
+        assert rows[check].rstrip().endswith("yes"), rows[check]
