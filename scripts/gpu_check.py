@@ -11,7 +11,7 @@ the device's result with what it must equal:
     bf16 weights: masters stay fp32      after a step, the optimizer's copies are fp32 and the module their rounding
     correction weights vs CPU            truncated and masked IS (every level) on the device against CPU
     rejected tokens leave denominator    the loss over kept tokens only (slime's PR 657), on the device
-    packed micro-batches                 not built yet (issue 24 item 4): reported as such
+    packed vs padded: logprobs, gradient  one packed stream per micro-batch against padded rows, fp32
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from rlvr.backends.torch_strategy import TorchStrategy  # noqa: E402
 from rlvr.data.batch import TrainBatch  # noqa: E402
 
 
-def trainer_cfg(bf16_weights: bool) -> SimpleNamespace:
+def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None) -> SimpleNamespace:
     """The fields of config/trainer.py's TrainerConfig that the torch strategy reads."""
     return SimpleNamespace(torch_threads=None, bf16_autocast=bf16_weights, uses_bf16_weights=bf16_weights,
                            gradient_checkpointing=False, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0,
                            lr_schedule="constant", warmup_steps=0, max_grad_norm=None, mini_batch_size=None,
-                           micro_batch_size=2, ppo_epochs=1)
+                           micro_batch_size=2, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1)
 
 
 def tiny_llama(out: Path) -> str:
@@ -52,34 +52,48 @@ def tiny_llama(out: Path) -> str:
 
 
 def batch(n: int = 4, width: int = 24) -> TrainBatch:
+    """Rows of different lengths (right padding), the loss on every token after a 4-token prompt."""
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(3, 64, (n, width), generator=g)
+    att = torch.zeros_like(ids)
     mask = torch.zeros(n, width - 1)
-    mask[:, 4:] = 1.0
+    for b in range(n):
+        length = width - 3 * b
+        att[b, :length] = 1
+        mask[b, 4 : length - 1] = 1.0
     adv = torch.randn(n, 1, generator=g) * mask
-    return TrainBatch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": mask,
-                       "advantages": adv})
+    return TrainBatch({"input_ids": ids * att, "attention_mask": att, "loss_mask": mask, "advantages": adv})
 
 
-def train_grads(model_dir: str, bf16_weights: bool, device: str) -> tuple[TorchStrategy, torch.Tensor]:
-    s = TorchStrategy(model_dir, trainer_cfg(bf16_weights), total_steps=4, seed=0, device=device)
+def train_grads(model_dir: str, bf16_weights: bool, device: str,
+                max_tokens: int | None = None) -> tuple[TorchStrategy, torch.Tensor]:
+    s = TorchStrategy(model_dir, trainer_cfg(bf16_weights, max_tokens), total_steps=4, seed=0, device=device)
     settings = ObjectiveSettings()
     s.train_step(batch(), lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings, nt, ns))
     params = s.masters.values() if s.masters else s.model.parameters()
     return s, torch.cat([p.grad.flatten().float().cpu() for p in params])
 
 
-def check_precision(device: str) -> list[tuple[str, str, str, bool]]:
+def check_precision_and_packing(device: str) -> list[tuple[str, str, str, bool]]:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = tiny_llama(Path(tmp) / "model")
         bf16, g16 = train_grads(model_dir, True, device)
-        _, g32 = train_grads(model_dir, False, device)
+        padded, g32 = train_grads(model_dir, False, device)
+        packed, g_packed = train_grads(model_dir, False, device, max_tokens=40)
+        lp_padded = TorchStrategy(model_dir, trainer_cfg(False), total_steps=1, seed=0, device=device,
+                                  trainable=False).forward_logprobs(batch(), loss_positions_only=True)
+        lp_packed = TorchStrategy(model_dir, trainer_cfg(False, 40), total_steps=1, seed=0, device=device,
+                                  trainable=False).forward_logprobs(batch(), loss_positions_only=True)
+    lp_diff = float((lp_packed - lp_padded).abs().max())
+    g_rel = float((g_packed - g32).norm() / g32.norm())
     rel = float((g16 - g32).norm() / g32.norm())
     masters_fp32 = all(m.dtype == torch.float32 for m in bf16.masters.values())
     rounded = all(torch.equal(p, bf16.masters[n].to(torch.bfloat16)) for n, p in bf16.model.named_parameters())
     return [("bf16 weights: gradient vs fp32", f"rel diff {rel:.2e}", "< 5e-2", rel < 5e-2),
             ("bf16 weights: masters stay fp32", f"fp32 {masters_fp32}, module = rounding {rounded}", "both true",
-             masters_fp32 and rounded)]
+             masters_fp32 and rounded),
+            ("packed vs padded: logprobs, gradient", f"{lp_diff:.1e} abs, {g_rel:.1e} rel", "< 1e-4, < 1e-4",
+             lp_diff < 1e-4 and g_rel < 1e-4)]
 
 
 def check_correction(device: str) -> list[tuple[str, str, str, bool]]:
@@ -114,12 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: no CUDA device here: skipped (python scripts/gpu_check.py --device cpu runs it on CPU)")
         return 0
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
-    rows = check_precision(args.device) + check_correction(args.device)
-    rows.append(("packed micro-batches", "not built yet (issue 24 item 4)", "-", True))
+    rows = check_precision_and_packing(args.device) + check_correction(args.device)
     print(f"gpu_check on {name}: torch {torch.__version__}")
-    print(f"{'check':<36} {'result':<38} {'expected':<22} ok")
+    print(f"{'check':<38} {'result':<38} {'expected':<22} ok")
     for check, result, expected, ok in rows:
-        print(f"{check:<36} {result:<38} {expected:<22} {'yes' if ok else 'NO'}")
+        print(f"{check:<38} {result:<38} {expected:<22} {'yes' if ok else 'NO'}")
     return 0 if all(ok for *_, ok in rows) else 1
 
 

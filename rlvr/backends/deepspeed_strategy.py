@@ -116,14 +116,13 @@ class DeepSpeedStrategy(TrainStrategy):
         self.module.train(train)
 
     def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
-        ids, att = micro["input_ids"].to(self.device), micro["attention_mask"].to(self.device)
         if train:  # through the engine: its backward hooks and (precision "autocast") its autocast context
-            return self.spec.forward(self.engine, ids, att, start)
+            return self._run_spec(self.engine, micro, start)
         # the module itself (ZeRO-3 gathers through module hooks), under our own autocast choice; with bf16
         # weights the forward is bf16 whatever `autocast` says (the module holds no fp32 weights)
         autocast_ctx = self.precision == "autocast" and autocast
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if autocast_ctx else nullcontext():
-            return self.spec.forward(self.module, ids, att, start)
+            return self._run_spec(self.module, micro, start)
 
     def _begin_micro(self, first: bool, last: bool) -> None:
         self.engine.set_gradient_accumulation_boundary(last)

@@ -74,8 +74,7 @@ class TorchStrategy(TrainStrategy):
 
     def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
         with self._autocast(autocast):
-            return self.spec.forward(self.model, micro["input_ids"].to(self.device),
-                                     micro["attention_mask"].to(self.device), start)
+            return self._run_spec(self.model, micro, start)
 
     def _begin_micro(self, first: bool, last: bool) -> None:
         if first:

@@ -41,6 +41,7 @@ from rlvr.algorithms.policy_loss import entropy_from_logits
 from rlvr.backends import dist as rdist
 from rlvr.backends.logprobs import token_logprobs
 from rlvr.data.batch import TrainBatch
+from rlvr.data.packing import balanced_bins, pack_layout, packed_input_ids
 
 if TYPE_CHECKING:  # only torch and transformers at run time (scripts/gpu_check.py runs without pydantic)
     from rlvr.config.trainer import TrainerConfig
@@ -71,6 +72,9 @@ class ModelSpec:
     load: Callable[[str], torch.nn.Module]
     forward: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, int], torch.Tensor]
     export: Callable[[dict[str, torch.Tensor], object, Path], None]
+    # Packed rows (rlvr/data/packing.py): (model, input_ids [1, L], position_ids [1, L], keep [K]) -> the output at
+    # the stream positions `keep`, [1, K, ...]
+    forward_packed: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
 class TrainStrategy(abc.ABC):
@@ -87,6 +91,19 @@ class TrainStrategy(abc.ABC):
     @abc.abstractmethod
     def _set_train_mode(self, train: bool) -> None:
         """The model in train or eval mode (dropout)."""
+
+    def _run_spec(self, model: torch.nn.Module, micro: TrainBatch, start: int) -> torch.Tensor:
+        """`self.spec`'s output for target columns start..T-2 of `micro`'s rows: from the padded rows, or (packing)
+        from one packed stream with no pad tokens, scattered back to the rows (the same tensor, within float
+        rounding)."""
+        ids = micro["input_ids"].to(self.device)
+        if not self.packs:
+            return self.spec.forward(model, ids, micro["attention_mask"].to(self.device), start)
+        lengths = micro["attention_mask"].sum(dim=1).tolist()
+        layout = pack_layout(lengths, start)
+        out = self.spec.forward_packed(model, packed_input_ids(ids, lengths), layout.position_ids.to(self.device),
+                                       layout.keep.to(self.device))
+        return layout.scatter(out, len(lengths), ids.shape[1] - 1 - start)
 
     @abc.abstractmethod
     def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
@@ -118,17 +135,34 @@ class TrainStrategy(abc.ABC):
         """Back to what `save` wrote."""
 
     # ------------------------------------------------------------------ rows and micro-batches
+    @property
+    def packs(self) -> bool:
+        """Micro-batches by token budget, each run as one packed stream (cfg.max_tokens_per_micro_batch)."""
+        return self.cfg.max_tokens_per_micro_batch is not None
+
     def _shard(self, batch: TrainBatch) -> list[tuple[TrainBatch, torch.Tensor | None]]:
-        """This rank's micro-batches of `batch` (rows rank::W, grouped by length), each with the positions of its
-        rows among this rank's rows; padded with (dummy, None) entries so that every rank gets the same count:
-        ceil(ceil(len/W) / micro_batch_size)."""
-        n, w, mbs = len(batch), self.world_size, self.cfg.micro_batch_size
+        """This rank's micro-batches of `batch` (rows rank::W), each with the positions of its rows among this
+        rank's rows: `micro_batch_size` rows grouped by length, or (packing) rows in bins of at most
+        `max_tokens_per_micro_batch` tokens with similar totals. Padded with (dummy, None) entries so that every
+        rank runs the same count (their backward passes meet in collectives)."""
+        n, w = len(batch), self.world_size
         rows = torch.arange(self.rank, n, w)
-        by_length = torch.argsort(batch["attention_mask"][rows].sum(dim=1), stable=True)
+        lengths = batch["attention_mask"][rows].sum(dim=1)
+        if self.packs:
+            bins = [torch.tensor(b, dtype=torch.long)
+                    for b in balanced_bins(lengths.tolist(), self.cfg.max_tokens_per_micro_batch)]
+            n_micro = len(bins)
+            if w > 1:  # the most any rank has
+                count = torch.tensor([n_micro], device=self.device)
+                torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MAX)
+                n_micro = int(count)
+        else:
+            mbs = self.cfg.micro_batch_size
+            by_length = torch.argsort(lengths, stable=True)
+            bins = [by_length[i : i + mbs] for i in range(0, len(rows), mbs)]
+            n_micro = math.ceil(math.ceil(n / w) / mbs)
         micros: list[tuple[TrainBatch, torch.Tensor | None]] = [
-            (batch.select(rows[by_length[i : i + mbs]]).trimmed(), by_length[i : i + mbs])
-            for i in range(0, len(rows), mbs)]
-        n_micro = math.ceil(math.ceil(n / w) / mbs)
+            (batch.select(rows[b]).trimmed(), b) for b in bins]
         if len(micros) < n_micro:
             dummy = batch.select(slice(0, 1))
             zeroed = {k: torch.zeros_like(dummy[k]) for k in ("loss_mask", "advantages") if k in dummy.tensors}
@@ -261,6 +295,13 @@ def _forward_takes_logits_to_keep(cls: type) -> bool:
     return "logits_to_keep" in inspect.signature(cls.forward).parameters
 
 
+def causal_lm_packed_logits(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                            keep: torch.Tensor) -> torch.Tensor:
+    """[1, K, V] logits at stream positions `keep` of packed rows: no attention mask, so transformers attends
+    block-diagonally along the position ids' restarts; lm_head only where kept."""
+    return model(input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits
+
+
 def load_causal_lm(path: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
@@ -278,7 +319,8 @@ def export_causal_lm(weights: dict[str, torch.Tensor], config, path: Path) -> No
               metadata={"format": "pt"})
 
 
-CAUSAL_LM = ModelSpec(load=load_causal_lm, forward=causal_lm_logits, export=export_causal_lm)
+CAUSAL_LM = ModelSpec(load=load_causal_lm, forward=causal_lm_logits, export=export_causal_lm,
+                      forward_packed=causal_lm_packed_logits)
 
 
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:

@@ -41,6 +41,10 @@ class TrainerConfig(Strict):
     max_grad_norm: float | None = 1.0  # gradient clipping norm (None: no clipping)
     mini_batch_size: int | None = Field(None, ge=1)  # sequences per optimizer step; None: one step per batch
     micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (gradient accumulation)
+    # Packed micro-batches: rows laid end to end with per-row position ids (no pad tokens), at most this many tokens
+    # per forward/backward, bins of similar totals (micro_batch_size then unused). Also the reference's and the
+    # old-logprob forwards (actor_train's). The loss still averages over the whole mini-batch's tokens.
+    max_tokens_per_micro_batch: int | None = Field(None, ge=16)
     ppo_epochs: int = Field(1, ge=1)  # passes over each batch
     # bf16 compute in forward and backward: over fp32 weights (autocast), or with bf16 weights (bf16_weights)
     bf16_autocast: bool = True
