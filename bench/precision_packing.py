@@ -1,0 +1,106 @@
+"""Training-side precision and packing on the default model: one optimizer step of the torch strategy over a batch
+with the length spread of a real step, side by side, interleaved, several repetitions.
+
+    flock /tmp/rlvr-heavy.lock .venv/bin/python bench/precision_packing.py [--reps 5] [--rows 32]
+
+Variants: fp32; bf16 autocast over fp32 weights; bf16 weights with fp32 masters; each padded (micro-batches of 8
+rows, trimmed to their longest) and packed (one stream per micro-batch, `--max-tokens` tokens). The batch: prompts
+of 40-90 tokens, responses of 8-96 (the shipped configs' max_new_tokens), loss on the responses. Prints tokens/s
+(real tokens, not pad) median [min, max] and the ratio to fp32 padded, plus each variant's padded-token share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective  # noqa: E402
+from rlvr.backends.torch_strategy import TorchStrategy  # noqa: E402
+from rlvr.config.trainer import ActorTrainConfig  # noqa: E402
+from rlvr.data.batch import TrainBatch  # noqa: E402
+from rlvr.models.default_model import resolve_model_path  # noqa: E402
+
+VARIANTS = {  # name: (bf16_autocast, bf16_weights, packed)
+    "fp32 padded": (False, False, False), "fp32 packed": (False, False, True),
+    "autocast padded": (True, False, False), "autocast packed": (True, False, True),
+    "bf16 padded": (True, True, False), "bf16 packed": (True, True, True),
+}
+
+
+def real_batch(rows: int, seed: int = 0) -> TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(40, 91, (rows,), generator=g)
+    responses = torch.randint(8, 97, (rows,), generator=g)
+    width = int((prompts + responses).max())
+    ids = torch.zeros(rows, width, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    mask = torch.zeros(rows, width - 1)
+    for b in range(rows):
+        p, r = int(prompts[b]), int(responses[b])
+        ids[b, : p + r] = torch.randint(100, 20000, (p + r,), generator=g)
+        att[b, : p + r] = 1
+        mask[b, p - 1 : p + r - 1] = 1.0
+    adv = torch.randn(rows, 1, generator=g) * mask
+    return TrainBatch({"input_ids": ids, "attention_mask": att, "loss_mask": mask, "advantages": adv})
+
+
+def padded_share(strategy: TorchStrategy, batch: TrainBatch) -> float:
+    """Pad tokens computed over all tokens computed, for this strategy's micro-batches."""
+    micros = [m for m, _ in strategy._shard(batch)]
+    if strategy.packs:
+        return 0.0
+    computed = sum(m["input_ids"].numel() for m in micros)
+    return 1.0 - int(batch["attention_mask"].sum()) / computed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    args = parser.parse_args()
+    model = resolve_model_path(args.model)
+    batch = real_batch(args.rows)
+    settings = ObjectiveSettings()
+
+    def loss_fn(logp, entropy, micro, n_tokens, n_seqs):
+        return actor_objective(logp, entropy, micro.tensors, settings, n_tokens, n_seqs)
+
+    strategies = {}
+    for name, (autocast, bf16_weights, packed) in VARIANTS.items():
+        cfg = ActorTrainConfig(lr=1e-7, micro_batch_size=8, bf16_autocast=autocast, bf16_weights=bf16_weights,
+                               max_tokens_per_micro_batch=args.max_tokens if packed else None,
+                               torch_threads=args.threads)
+        strategies[name] = TorchStrategy(model, cfg, total_steps=1000, seed=0)
+        strategies[name].train_step(batch, loss_fn)  # warm-up
+    tokens = int(batch["attention_mask"].sum())
+    rates: dict[str, list[float]] = {name: [] for name in strategies}
+    for _ in range(args.reps):  # interleaved: the machine's drift falls on every variant alike
+        for name, s in strategies.items():
+            start = time.perf_counter()
+            s.train_step(batch, loss_fn)
+            rates[name].append(tokens / (time.perf_counter() - start))
+    print(f"\none optimizer step, torch strategy, {args.model}: {args.rows} rows, {tokens} real tokens (prompts "
+          f"40-90, responses 8-96), micro-batches of 8 rows or {args.max_tokens} packed tokens, {args.threads} "
+          f"threads, {args.reps} reps interleaved, torch {torch.__version__}")
+    base = statistics.median(rates["fp32 padded"])
+    print(f"{'variant':<17} {'tokens/s median [min, max]':>28} {'vs fp32 padded':>15} {'pad share':>10}")
+    for name, r in rates.items():
+        spread = f"{statistics.median(r):.0f} [{min(r):.0f}, {max(r):.0f}]"
+        print(f"{name:<17} {spread:>28} {statistics.median(r) / base:>14.2f}x "
+              f"{padded_share(strategies[name], batch):>9.1%}")
+
+
+if __name__ == "__main__":
+    main()
