@@ -43,7 +43,9 @@ class TrainerConfig(Strict):
     micro_batch_size: int = Field(8, ge=1)  # sequences per forward/backward (gradient accumulation)
     # Packed micro-batches: rows laid end to end with per-row position ids (no pad tokens), at most this many tokens
     # per forward/backward, bins of similar totals (micro_batch_size then unused). Also the reference's and the
-    # old-logprob forwards (actor_train's). The loss still averages over the whole mini-batch's tokens.
+    # old-logprob forwards (actor_train's). The loss still averages over the whole mini-batch's tokens. For GPUs'
+    # varlen attention: on CPU, SDPA computes a packed stream's whole L x L attention, which costs more than the
+    # pad tokens it saves (bench/precision_packing.py: 0.64x the padded bf16 step here, pads 9% of tokens).
     max_tokens_per_micro_batch: int | None = Field(None, ge=16)
     ppo_epochs: int = Field(1, ge=1)  # passes over each batch
     # bf16 compute in forward and backward: over fp32 weights (autocast), or with bf16 weights (bf16_weights)
