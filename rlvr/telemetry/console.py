@@ -8,8 +8,8 @@ Errors are never hidden: an ERROR/CRITICAL record from any logger, a Python trac
 printed by any worker reaches the console at once, prefixed with the worker that printed it.
 
 `install()` is called by the CLI (rlvr/cli/start.py), which hands it the run header's lines (rlvr/cli/describe.py:
-the console sits below the pipeline, which writes to it, and so cannot import the CLI's modules). A pipeline built without it (tests, notebooks) keeps Ray's and
-Python's default output.
+the console sits below the pipeline, which writes to it, and so cannot import the CLI's modules). A pipeline built
+without it (tests, notebooks) keeps Ray's and Python's default output.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""rlvr.runtime.resend and rlvr.runtime.waiter: re-sends after a worker death, counted once per request and bounded in time."""
+"""rlvr.runtime.resend and rlvr.runtime.waiter: re-sends after a worker death, counted once per request and bounded
+in time."""
 
 from __future__ import annotations
 
