@@ -23,6 +23,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.engines import spread  # noqa: E402
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective  # noqa: E402
 from rlvr.backends.torch_strategy import TorchStrategy  # noqa: E402
 from rlvr.config.trainer import ActorTrainConfig  # noqa: E402
@@ -97,8 +98,7 @@ def main() -> None:
     base = statistics.median(rates["fp32 padded"])
     print(f"{'variant':<17} {'tokens/s median [min, max]':>28} {'vs fp32 padded':>15} {'pad share':>10}")
     for name, r in rates.items():
-        spread = f"{statistics.median(r):.0f} [{min(r):.0f}, {max(r):.0f}]"
-        print(f"{name:<17} {spread:>28} {statistics.median(r) / base:>14.2f}x "
+        print(f"{name:<17} {spread(r, '.0f'):>28} {statistics.median(r) / base:>14.2f}x "
               f"{padded_share(strategies[name], batch):>9.1%}")
 
 

@@ -4,8 +4,8 @@
     python scripts/gpu_check.py --device cpu   # the same checks on CPU (tests/unit/test_gpu_check.py runs this)
 
 Needs only torch and transformers (the lent machine has no Ray, vLLM, pydantic or network): the trainer's config is
-a plain namespace with the fields TorchStrategy reads, the model a tiny random Llama built here. Each row compares
-the device's result with what it must equal:
+a plain namespace with the fields TorchStrategy reads; the model and the batch are the strategy tests' (tiny random
+Llama, tests/helpers/train_batches.py). Each row compares the device's result with what it must equal:
 
     bf16 weights: gradient vs fp32       TorchStrategy with bf16 weights and fp32 masters against fp32 weights
     bf16 weights: masters stay fp32      after a step, the optimizer's copies are fp32 and the module their rounding
@@ -30,7 +30,9 @@ sys.path.insert(0, str(REPO))
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective  # noqa: E402
 from rlvr.algorithms.rollout_correction import LEVELS, CorrectionSettings, correction_weights  # noqa: E402
 from rlvr.backends.torch_strategy import TorchStrategy  # noqa: E402
-from rlvr.data.batch import TrainBatch  # noqa: E402
+from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch  # noqa: E402
+
+BATCH = make_train_batch(4, 24)  # rows of different lengths (right padding); one row's reward failed
 
 
 def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None) -> SimpleNamespace:
@@ -41,49 +43,25 @@ def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None) -> SimpleName
                            micro_batch_size=2, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1)
 
 
-def tiny_llama(out: Path) -> str:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                 tie_word_embeddings=True)).save_pretrained(out)
-    return str(out)
-
-
-def batch(n: int = 4, width: int = 24) -> TrainBatch:
-    """Rows of different lengths (right padding), the loss on every token after a 4-token prompt."""
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 64, (n, width), generator=g)
-    att = torch.zeros_like(ids)
-    mask = torch.zeros(n, width - 1)
-    for b in range(n):
-        length = width - 3 * b
-        att[b, :length] = 1
-        mask[b, 4 : length - 1] = 1.0
-    adv = torch.randn(n, 1, generator=g) * mask
-    return TrainBatch({"input_ids": ids * att, "attention_mask": att, "loss_mask": mask, "advantages": adv})
-
-
 def train_grads(model_dir: str, bf16_weights: bool, device: str,
                 max_tokens: int | None = None) -> tuple[TorchStrategy, torch.Tensor]:
     s = TorchStrategy(model_dir, trainer_cfg(bf16_weights, max_tokens), total_steps=4, seed=0, device=device)
     settings = ObjectiveSettings()
-    s.train_step(batch(), lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings, nt, ns))
+    s.train_step(BATCH, lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings, nt, ns))
     params = s.masters.values() if s.masters else s.model.parameters()
     return s, torch.cat([p.grad.flatten().float().cpu() for p in params])
 
 
 def check_precision_and_packing(device: str) -> list[tuple[str, str, str, bool]]:
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = tiny_llama(Path(tmp) / "model")
+        model_dir = make_small_vocab_llama(Path(tmp) / "model")
         bf16, g16 = train_grads(model_dir, True, device)
         padded, g32 = train_grads(model_dir, False, device)
         packed, g_packed = train_grads(model_dir, False, device, max_tokens=40)
         lp_padded = TorchStrategy(model_dir, trainer_cfg(False), total_steps=1, seed=0, device=device,
-                                  trainable=False).forward_logprobs(batch(), loss_positions_only=True)
+                                  trainable=False).forward_logprobs(BATCH, loss_positions_only=True)
         lp_packed = TorchStrategy(model_dir, trainer_cfg(False, 40), total_steps=1, seed=0, device=device,
-                                  trainable=False).forward_logprobs(batch(), loss_positions_only=True)
+                                  trainable=False).forward_logprobs(BATCH, loss_positions_only=True)
     lp_diff = float((lp_packed - lp_padded).abs().max())
     g_rel = float((g_packed - g32).norm() / g32.norm())
     rel = float((g16 - g32).norm() / g32.norm())

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.algorithms.policy_loss import _masked_mean
+
 LEVELS = ("token", "geometric", "sequence")
 _LOG_CLAMP = 20.0  # exp(+-20) ~ 5e8: a ratio beyond it is as good as infinite, and exp must not overflow
 
@@ -56,10 +58,6 @@ class CorrectionSettings:
     @property
     def active(self) -> bool:
         return self.is_level is not None or self.rs_level is not None
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
 def _per_sequence(d: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
