@@ -2,9 +2,14 @@
 math data.
 
     .venv/bin/python bench/learning.py [--steps 20] [--eval-every 2] [--algorithms grpo ppo ...] [key=value ...]
+    .venv/bin/python bench/learning.py --seeds 1 2 3 --variant fp32 actor_train.bf16_autocast=false \
+        --variant bf16 actor_train.bf16_autocast=true generation.dtype=bfloat16 ...
 
-Each algorithm (an `algorithm` preset) runs with the same config, data, steps and seed, one after the other in this
-process. With one algorithm it prints a table per step: mean training reward per domain and, on validation steps,
+Each algorithm (an `algorithm` preset) or named variant (a set of overrides) runs with the same config, data, steps
+and seed, one after the other in this process; with several seeds the runs go seed by seed, every variant once per
+seed, so a cut-short bench still compares like with like, and the tables give mean +- standard error over seeds
+(sample standard deviation / sqrt(n)) with the final difference in units of the pooled standard error
+sqrt(se_a^2 + se_b^2). Each finished run's records are appended to --out (JSON lines) as it ends. With one algorithm it prints a table per step: mean training reward per domain and, on validation steps,
 val_correct per domain and overall (greedy decoding on the held-out split). With several it prints one table of
 val_correct per domain every `--eval-every` steps per algorithm, then each algorithm's step time (median and
 range over its training steps after step 0, validation excluded) and its ratio to the first algorithm's, the
@@ -26,14 +31,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def run(config: str, algorithm: str | None, args, overrides: list[str]) -> tuple[object, dict[int, dict], float]:
+def run(config: str, label: str, args, overrides: list[str]) -> tuple[object, dict[int, dict], float]:
     from rlvr.config.load import load_config
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
-    name = f"bench-learning-{algorithm}" if algorithm else "bench-learning"
     base = [f"run.max_steps={args.steps}", f"run.eval_every={args.eval_every}", "run.save_every=0",
-            f"run.name={name}", "trackers.wandb=false", "trackers.tensorboard=false"]
-    cfg = load_config(config, base + ([f"algorithm={algorithm}"] if algorithm else []) + overrides)
+            f"run.name=bench-learning-{label}", "trackers.wandb=false", "trackers.tensorboard=false"]
+    cfg = load_config(config, base + overrides)
     start = time.perf_counter()
     pipeline = RLVRPipeline(cfg)
     try:
@@ -45,7 +49,7 @@ def run(config: str, algorithm: str | None, args, overrides: list[str]) -> tuple
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         r = json.loads(line)
         records.setdefault(r["step"], {}).update(r)
-    print(f"{algorithm or cfg.algorithm.preset}: {elapsed:.0f}s, run {run_dir}", flush=True)
+    print(f"{label} seed {cfg.run.seed}: {elapsed:.0f}s, run {run_dir}", flush=True)
     return cfg, records, elapsed
 
 
@@ -101,6 +105,70 @@ def comparison_tables(cfg, results: dict[str, dict[int, dict]]) -> None:
               f"{statistics.mean(rewards):.3f} | {fmt(last_val)} |")
 
 
+def variants_of(args) -> dict[str, list[str]]:
+    """label -> overrides of each compared run: the --variant lists, else one per --algorithms preset, else one."""
+    if args.variant:
+        return {v[0]: v[1:] for v in args.variant}
+    if args.algorithms:
+        return {a: [f"algorithm={a}"] for a in args.algorithms}
+    return {"run": []}
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error (sample standard deviation / sqrt(n); 0 for one value)."""
+    mean = statistics.mean(values)
+    return mean, (statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0)
+
+
+def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
+    """val_correct/all per evaluation (mean +- SE over seeds), the final values against the first variant in pooled
+    standard errors, the step times, and the mean rollout-trainer mismatch per variant where it was measured."""
+    labels = list(runs)
+    val_steps = sorted({s for by_seed in runs.values() for recs in by_seed.values() for s, r in recs.items()
+                        if "val_correct/all/mean" in r})
+
+    def vals(label: str, step: int, key: str = "val_correct/all/mean") -> list[float]:
+        return [recs[step][key] for recs in runs[label].values() if key in recs.get(step, {})]
+
+    print("\nval_correct/all (greedy, held-out), mean +- standard error over seeds\n")
+    print("| step | " + " | ".join(labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    for step in val_steps:
+        cells = [("{:.3f} +- {:.3f}".format(*mean_se(v)) if (v := vals(label, step)) else "") for label in labels]
+        print(f"| {step} | " + " | ".join(cells) + " |")
+    last = val_steps[-1]
+    base_mean, base_se = mean_se(vals(labels[0], last))
+    print(f"\nfinal (step {last}) and its difference to {labels[0]} in pooled standard errors "
+          "sqrt(se_a^2 + se_b^2); step time: median over all seeds' training steps 1.., validation excluded\n")
+    print("| variant | seeds | val_correct/all at step 0 | final | final - base | in pooled SE | step s (median) |")
+    print("|---|---|---|---|---|---|---|")
+    for label in labels:
+        mean, se = mean_se(vals(label, last))
+        pooled = (se ** 2 + base_se ** 2) ** 0.5
+        z = (mean - base_mean) / pooled if pooled else 0.0
+        first = "{:.3f} +- {:.3f}".format(*mean_se(vals(label, val_steps[0])))
+        times = [t for recs in runs[label].values() for t in step_times(recs)]
+        print(f"| {label} | {len(runs[label])} | {first} | {mean:.3f} +- {se:.3f} | {mean - base_mean:+.3f} | "
+              f"{z:+.2f} | {statistics.median(times):.1f} |")
+    keys = ["rollout_corr/k3_kl", "rollout_corr/kl", "rollout_corr/ppl_ratio", "rollout_corr/chi2_token",
+            "rollout_corr/chi2_seq", "rollout_corr/rollout_is_eff_sample_size", "rollout_corr/rollout_is_max",
+            "rollout_corr/rollout_is_ratio_fraction_high"]
+    measured = [label for label in labels
+                if any(k in r for recs in runs[label].values() for r in recs.values() for k in keys)]
+    if measured:
+        print("\nrollout-trainer mismatch (mean over seeds and steps; min-max over steps of the seed mean)\n")
+        print("| variant | " + " | ".join(k.split("/", 1)[1].removeprefix("rollout_") for k in keys) + " |")
+        print("|---|" + "---|" * len(keys))
+        for label in measured:
+            cells = []
+            for k in keys:
+                per_step = [statistics.mean(v) for s in sorted({s for recs in runs[label].values() for s in recs})
+                            if (v := vals(label, s, k))]
+                cells.append(f"{statistics.mean(per_step):.3g} ({min(per_step):.3g}-{max(per_step):.3g})"
+                             if per_step else "")
+            print(f"| {label} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
@@ -108,25 +176,39 @@ def main() -> None:
     parser.add_argument("--config", default=str(REPO / "configs/math.yaml"))
     parser.add_argument("--algorithms", nargs="+", default=None,
                         help="presets to compare side by side (the first is the baseline of the time ratios)")
+    parser.add_argument("--variant", nargs="+", action="append", metavar=("NAME", "KEY=VALUE"),
+                        help="a named set of overrides to compare (repeat the flag; the first is the baseline)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="run.seed of each repetition")
+    parser.add_argument("--out", default=None, help="append each finished run's records here (JSON lines)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     if args.algorithms:  # key=value overrides written after --algorithms land in its list: move them back
         args.overrides += [a for a in args.algorithms if "=" in a]
         args.algorithms = [a for a in args.algorithms if "=" not in a]
 
-    results: dict[str, dict[int, dict]] = {}
+    variants = variants_of(args)
+    seeds = args.seeds or [None]
+    runs: dict[str, dict[int | None, dict[int, dict]]] = {label: {} for label in variants}
     cfg = None
-    for algorithm in args.algorithms or [None]:
-        cfg, records, _ = run(args.config, algorithm, args, args.overrides)
-        results[algorithm or cfg.algorithm.preset] = records
+    for seed in seeds:
+        for label, extra in variants.items():
+            seeded = [f"run.seed={seed}"] if seed is not None else []
+            cfg, records, elapsed = run(args.config, label, args, args.overrides + extra + seeded)
+            runs[label][seed] = records
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps({"variant": label, "seed": seed, "elapsed_s": elapsed,
+                                        "records": records}) + "\n")
     print(f"\nmodel={cfg.model.path} prompts/step={cfg.rollout.prompts_per_step} group={cfg.rollout.group_size} "
           f"max_new_tokens={cfg.generation.max_new_tokens} lr={cfg.actor_train.lr} steps={args.steps} "
-          f"seed={cfg.run.seed} bf16={cfg.actor_train.bf16_autocast} overrides={args.overrides} "
+          f"seeds={seeds} variants={variants} overrides={args.overrides} "
           f"machine={platform.machine()} cpus={os.cpu_count()}")
-    if len(results) == 1:
-        curve_table(cfg, next(iter(results.values())))
+    if len(seeds) > 1:
+        seed_tables(cfg, runs)
+    elif len(variants) == 1:
+        curve_table(cfg, next(iter(runs.values()))[seeds[0]])
     else:
-        comparison_tables(cfg, results)
+        comparison_tables(cfg, {label: by_seed[seeds[0]] for label, by_seed in runs.items()})
 
 
 if __name__ == "__main__":
