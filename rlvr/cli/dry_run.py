@@ -1,32 +1,23 @@
 """`--dry-run`: everything a run checks before it starts, and nothing it starts.
 
-Validates the config (done by loading it), imports every reward worker class, loads and tokenises the data as the
-run would, and prints per domain the rows found, the prompts dropped for length, the quota per step, and the
-actors and processes the run would ask Ray for. Ray is never initialised; no run directory is created.
+The checks a run makes before it starts anything (the config, the resume target, the models, every reward and env
+argument, the data loaded and tokenised as the run would: rlvr/pipeline/preflight.py) have passed; this prints per
+domain the rows found, the prompts dropped for length, the quota per step, and the actors and processes the run
+would ask Ray for. Ray is never initialised; no run directory is created.
 """
 
 from __future__ import annotations
 
 from rlvr.cli.describe import header_lines, quota_per_step, resource_lines
 from rlvr.config.root import Config
+from rlvr.pipeline.preflight import Checked
 
 
-def dry_run(cfg: Config) -> str:
+def dry_run(cfg: Config, checked: Checked) -> str:
+    """The summary of a config that passed every check before start (rlvr/pipeline/preflight.py)."""
     import torch
-    from transformers import AutoTokenizer
 
-    from rlvr.envs.base import check_args, resolve_env_class
-    from rlvr.models.default_model import resolve_model_path
-    from rlvr.pipeline.build import load_domain_data
-    from rlvr.workers.rewards.reward_actor import resolve_reward_class
-
-    for domain, dc in cfg.domains.items():  # a bad import path is an error naming the key
-        if dc.env is not None:
-            check_args(domain, resolve_env_class(domain, dc.env), dc.env)
-        else:
-            resolve_reward_class(domain, dc.reward)
-    model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
-    data = load_domain_data(cfg, AutoTokenizer.from_pretrained(model_path))
+    model_path, data = checked.model_path, checked.data
     quotas = quota_per_step(cfg)
     group, val_cap = cfg.rollout.group_size, cfg.validation.max_prompts_per_domain
 

@@ -7,7 +7,7 @@ import signal
 import sys
 
 from rlvr.config.base import ConfigError
-from rlvr.config.load import load_config
+from rlvr.config.load import key_origin, load_config, overrides_by_key
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,21 +33,26 @@ def main(argv: list[str] | None = None) -> int:
 
             print(render_with_origins(cfg, config_origins(args.config, args.overrides, cfg)))
             return 0
+        from rlvr.pipeline.preflight import preflight  # the checks that need nothing started
+
+        checked = preflight(cfg)
         if args.dry_run:
             from rlvr.cli.dry_run import dry_run
 
-            print(dry_run(cfg))
+            print(dry_run(cfg, checked))
             return 0
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        where = f"{key_origin(err.key, args.config, overrides_by_key(args.overrides))}: " if err.key else ""
+        print(f"error: {where}{err}", file=sys.stderr)
         return 2
+    from rlvr.pipeline.parts import build_pipeline
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline  # heavy imports only once the config is valid
     from rlvr.report.finish import finish_run
 
     # A supervisor's SIGTERM ends the run as Ctrl-C does: the pipeline closes everything it started.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        pipeline = RLVRPipeline(cfg)
+        pipeline = RLVRPipeline(cfg, build_pipeline(cfg, checked))
         try:
             run_dir = pipeline.run()
             report = finish_run(pipeline)

@@ -145,6 +145,12 @@ class AlgorithmConfig(Strict):
     def needs_critic(self) -> bool:
         return self.adv_estimator == "gae"
 
+    @property
+    def compares_within_group(self) -> bool:
+        """The baseline is the other responses to the same prompt: with one response per prompt every advantage
+        is 0. reinforce / reinforce_pp (batch-normalised returns) and gae (a critic) need no group."""
+        return self.adv_estimator not in ("reinforce", "reinforce_pp", "gae")
+
     @model_validator(mode="before")
     @classmethod
     def _expand(cls, data: Any) -> Any:

@@ -6,7 +6,13 @@ from pydantic import BaseModel, ConfigDict
 
 
 class ConfigError(ValueError):
-    """A configuration problem, with the key and its origin in the message."""
+    """A configuration problem, with the key and its origin in the message. Raised with `key` by code that knows
+    the key but not where its value came from (the checks before a run starts): the message starts with the key
+    and the caller that knows the file and the overrides names the origin (rlvr.config.load.key_origin)."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
 
 
 class Strict(BaseModel):

@@ -46,11 +46,9 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
         raise ConfigError(f"{path}: invalid YAML: {err}") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    overridden: dict[str, str] = {}
     for text in overrides:
-        keys, value = parse_override(text)
-        apply_override(tree, keys, value)
-        overridden[".".join(keys)] = text
+        apply_override(tree, *parse_override(text))
+    overridden = overrides_by_key(overrides)
     try:
         cfg = Config.model_validate(tree)
     except ValidationError as err:
@@ -73,11 +71,24 @@ def _describe(err: ValidationError, path: Path, overridden: dict[str, str]) -> s
             msg = "unknown key"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
-        # the most specific override that covers the key (`algorithm=ppo algorithm.lam=2`: the second)
-        matches = [k for k in overridden if key == k or key.startswith(k + ".")]
-        origin = f"override '{overridden[max(matches, key=len)]}'" if matches else None
-        lines.append(f"{origin or path}: {key or '<top level>'}: {msg}")
+        lines.append(f"{key_origin(key, path, overridden)}: {key or '<top level>'}: {msg}")
     return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def key_origin(key: str, path: Path | str, overridden: dict[str, str]) -> str:
+    """Where the value of `key` came from: the override that set it, or set a section above it (the most specific:
+    `algorithm=ppo algorithm.lam=2` blames the second), or one below it (`foo.bar=1` is why `foo` is unknown,
+    `rollout.domain_interleave_probs.x=1` why the probabilities are wrong); else the config file."""
+    above = [k for k in overridden if key == k or key.startswith(k + ".")]
+    below = [k for k in overridden if key and k.startswith(key + ".")]
+    if above or below:
+        return f"override '{overridden[max(above, key=len) if above else below[-1]]}'"
+    return str(path)
+
+
+def overrides_by_key(overrides: list[str]) -> dict[str, str]:
+    """{"a.b": "a.b=3"} for each key=value override, the last one of a key winning as it does in the config."""
+    return {".".join(parse_override(text)[0]): text for text in overrides}
 
 
 def import_class(key: str, path: str, base: type, what: str) -> type:
@@ -87,9 +98,9 @@ def import_class(key: str, path: str, base: type, what: str) -> type:
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"{key}: cannot import '{path}': {err}") from None
+        raise ConfigError(f"cannot import '{path}': {err}", key=key) from None
     if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ConfigError(f"{key}: '{path}' is not {what}")
+        raise ConfigError(f"'{path}' is not {what}", key=key)
     return cls
 
 

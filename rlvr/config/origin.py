@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel
 
 from rlvr.algorithms.presets import PRESETS
-from rlvr.config.load import parse_override
+from rlvr.config.load import overrides_by_key
 from rlvr.config.root import Config
 
 
@@ -83,7 +83,7 @@ def config_origins(path: str | Path, overrides: list[str], cfg: Config) -> dict[
     if isinstance(tree.get("algorithm"), str):
         tree["algorithm"] = {"preset": tree["algorithm"]}
     in_file = leaf_paths(tree)
-    overridden = {".".join(parse_override(o)[0]): o for o in overrides}
+    overridden = overrides_by_key(overrides)
     preset = cfg.algorithm.preset
     from_preset = leaf_paths(PRESETS.get(preset, {}))
     origins = {}

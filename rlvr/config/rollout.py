@@ -43,9 +43,7 @@ class RolloutConfig(Strict):
         for name, p in probs.items():
             if not (isinstance(p, (int, float)) and math.isfinite(p) and p >= 0):
                 raise ValueError(f"probability of domain '{name}' must be a finite number >= 0, got {p!r}")
-        if probs and abs(sum(probs.values()) - 1.0) > 1e-6:
-            raise ValueError(f"probabilities must sum to 1, they sum to {sum(probs.values()):.6g}")
-        return probs
+        return probs  # the sum is checked with the domains (Config): an unknown domain is the better message
 
 
 class OverlapConfig(Strict):

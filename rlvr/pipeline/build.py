@@ -15,8 +15,8 @@ import ray
 from rlvr.config.base import ConfigError
 from rlvr.config.domains import RewardConfig
 from rlvr.config.root import Config
-from rlvr.data.dataset import (BadRow, RowFormat, load_prompts, split_by_domain, summarize_bad_rows, tokenize_prompts,
-                               with_lines)
+from rlvr.data.dataset import (BadRow, DataError, RowError, RowFormat, load_prompts, split_by_domain,
+                               summarize_bad_rows, tokenize_prompts, with_lines)
 from rlvr.data.types import Prompt
 from rlvr.envs.base import check_args, resolve_env_class
 from rlvr.judge_server.launcher import JudgeServerHandle, start_judge_server
@@ -29,8 +29,7 @@ from rlvr.runtime.waiter import Waiter
 from rlvr.telemetry import console
 from rlvr.workers.actor_infer import ActorInferWorker
 from rlvr.workers.actor_train import ActorTrainWorker, ReferenceWorker
-from rlvr.workers.clusters import (ActorInferCluster, ActorTrainCluster, CriticCluster, ReferenceCluster,
-                                   RewardCluster)
+from rlvr.workers.clusters import ActorInferCluster, ActorTrainCluster, CriticCluster, ReferenceCluster, RewardCluster
 from rlvr.workers.critic import CriticWorker
 from rlvr.workers.infer_router import InferRouter
 from rlvr.workers.placement import Planner
@@ -79,11 +78,13 @@ class DomainData:
     dropped: list[str]  # sources of prompts dropped for length
 
 
-def load_domain_data(cfg: Config, tokenizer, report_dir: Path | None = None) -> dict[str, DomainData]:
+def load_domain_data(cfg: Config, tokenizer, report_dir: Path | None = None,
+                     bad_out: list[BadRow] | None = None) -> dict[str, DomainData]:
     """Every row routed to a configured reward domain, tokenised with the chat template; an env domain's tasks come
     from its env's make_tasks (their first prompt from its first observation). Rows that cannot be used are
-    counted and named (log, and `<report_dir>/bad_rows.jsonl`) and left out (`data.bad_rows: skip`), or stop the
-    run (`error`); a domain left with no training rows is an error before anything starts."""
+    counted and named (log, `<report_dir>/bad_rows.jsonl` and `bad_out`) and left out (`data.bad_rows: skip`), or
+    stop the run (`error`); a domain left with no training rows is an error before anything starts. A file that
+    cannot be read or a row that stops the run is a ConfigError keyed by the file list it came from."""
     d = cfg.data
     fmt = RowFormat(prompt_key=d.prompt_key, messages_key=d.messages_key, answer_key=d.answer_key,
                     domain_key=d.domain_key, tag_key=d.tag_key, tag_to_domain=d.tag_to_domain, id_key=d.id_key,
@@ -99,7 +100,14 @@ def load_domain_data(cfg: Config, tokenizer, report_dir: Path | None = None) -> 
         if not files:
             continue
         split_bad: list[BadRow] | None = [] if d.bad_rows == "skip" else None
-        for domain, items in split_by_domain(load_prompts(files, fmt, known, split, bad=split_bad)).items():
+        try:
+            prompts = load_prompts(files, fmt, known, split, bad=split_bad)
+        except RowError as err:
+            raise ConfigError(f"{err} (data.bad_rows: error stops at the first bad row; skip counts them and goes "
+                              "on)", key=f"data.{split}_files") from None
+        except DataError as err:
+            raise ConfigError(str(err), key=f"data.{split}_files") from None
+        for domain, items in split_by_domain(prompts).items():
             kept, dropped = tokenize_prompts(items, tokenizer, d.max_prompt_length)
             getattr(out[domain], split).extend(kept)
             out[domain].dropped.extend(dropped)
@@ -112,14 +120,15 @@ def load_domain_data(cfg: Config, tokenizer, report_dir: Path | None = None) -> 
     if bad:
         log.warning("data: %s", summarize_bad_rows(bad))
         if report_dir is not None:
-            with open(Path(report_dir) / "bad_rows.jsonl", "w") as f:
-                for b in bad:
-                    f.write(json.dumps(b.to_json()) + "\n")
+            write_bad_rows(Path(report_dir), bad)
+        if bad_out is not None:
+            bad_out.extend(bad)
     for domain, p in cfg.rollout.domain_interleave_probs.items():
         if p > 0 and not out[domain].train:
             why = f"; {summarize_bad_rows(bad)}" if bad else ""
-            raise ConfigError(f"rollout.domain_interleave_probs.{domain}: probability {p} but no usable training "
-                              f"rows route to domain '{domain}' in {d.train_files}{why}")
+            raise ConfigError(f"no usable training rows route to domain '{domain}' (its probability in "
+                              f"rollout.domain_interleave_probs is {p}) in {d.train_files}{why}",
+                              key="data.train_files")
     return out
 
 
@@ -147,14 +156,26 @@ class Clusters:
             self.planner.release()
 
 
+def write_bad_rows(report_dir: Path, bad: list[BadRow]) -> None:
+    with open(report_dir / "bad_rows.jsonl", "w") as f:
+        for b in bad:
+            f.write(json.dumps(b.to_json()) + "\n")
+
+
+def local_judge_domains(cfg: Config) -> list[str]:
+    """The domains whose LLM-judge reward asks for the embedded judge server (`base_url: local` or none)."""
+    return [d for d, dc in cfg.domains.items() if dc.reward is not None
+            and issubclass(resolve_reward_class(d, dc.reward), LLMJudgeRewardWorker)
+            and dc.reward.args.get("base_url") in (None, "local")]
+
+
 def start_local_judge(cfg: Config, log_dir: Path | None = None
                       ) -> tuple[JudgeServerHandle | None, dict[str, RewardConfig]]:
     """Starts the embedded judge server when an LLM-judge reward asks for it (`base_url: local` or none), and
     returns the reward configs with that server's URL filled in. Its output goes to `log_dir` (kept), or to a
     temporary directory removed when it stops."""
     rewards = {d: dc.reward for d, dc in cfg.domains.items() if dc.reward is not None}
-    local = [d for d, r in rewards.items() if issubclass(resolve_reward_class(d, r), LLMJudgeRewardWorker)
-             and r.args.get("base_url") in (None, "local")]
+    local = local_judge_domains(cfg)
     if not local:
         return None, rewards
     js = cfg.judge_server

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from rlvr.lifecycle.faults import fault_point
 
 CKPT_DIR = "checkpoints"
+RUN_STAMP = r"(-\d{8}-\d{6}-\d{3})?"  # what build.new_run_dir appends to the run name
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
@@ -105,15 +107,17 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def find_resume_point(output_dir: Path, run_name: str, resume: str) -> Path:
-    """`latest`: the newest checkpoint of the newest run named `<run_name>` or `<run_name>-<time>`;
+    """`latest`: the newest checkpoint of the newest run named `<run_name>` or `<run_name>-<time>` (the stamp of
+    build.new_run_dir);
     anything else: a checkpoint directory path."""
     if resume != "latest":
         path = Path(resume)
         if not (path / "driver.json").exists():
             raise FileNotFoundError(f"run.resume={resume}: not a checkpoint directory (no driver.json)")
         return path
-    runs = sorted((p for p in output_dir.glob(f"{run_name}*") if p.is_dir()
-                   and (p.name == run_name or p.name[len(run_name):].startswith("-"))),
+    # exactly this name: `math` must not pick up the runs of `math-v2`
+    own = re.compile(re.escape(run_name) + RUN_STAMP)
+    runs = sorted((p for p in output_dir.glob(f"{run_name}*") if p.is_dir() and own.fullmatch(p.name)),
                   key=lambda p: p.stat().st_mtime)
     for run in reversed(runs):
         ckpts = list_checkpoints(run)

@@ -8,17 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoTokenizer
-
 from rlvr.config.load import save_resolved
 from rlvr.config.root import Config
-from rlvr.models.default_model import resolve_model_path
-from rlvr.pipeline import checkpoint
-from rlvr.pipeline.build import (Clusters, build_clusters, build_episode_runners, load_domain_data, new_run_dir,
-                                 start_local_judge, start_ray)
+from rlvr.pipeline.build import (Clusters, build_clusters, build_episode_runners, new_run_dir, start_local_judge,
+                                 start_ray, write_bad_rows)
 from rlvr.pipeline.domain_schedulers import DomainSchedulers
 from rlvr.pipeline.faults import FaultLog, Supervisor
 from rlvr.pipeline.local_servers import start_local_sandbox
+from rlvr.pipeline.preflight import Checked, preflight
 from rlvr.runtime.ray_runtime import RAY
 from rlvr.runtime.waiter import Waiter
 from rlvr.telemetry import console
@@ -43,18 +40,17 @@ class PipelineParts:
     owns_ray: bool = False
 
 
-def build_pipeline(cfg: Config) -> PipelineParts:
-    """The parts of a real run, started in order: the run directory (or the one to resume), the model's tokenizer
-    and the data (errors in them stop the run before any process starts), Ray, the servers, the clusters, the
-    schedulers."""
-    resume_from = (checkpoint.find_resume_point(Path(cfg.run.output_dir), cfg.run.name, cfg.run.resume)
-                   if cfg.run.resume else None)
+def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts:
+    """The parts of a real run, started in order: the checks that need nothing started (resume target, models,
+    reward and env arguments, the data: rlvr/pipeline/preflight.py), the run directory (or the one to resume),
+    Ray, the servers, the clusters, the schedulers. `checked`: the checks' result when the caller ran them."""
+    checked = checked or preflight(cfg)
+    resume_from, tokenizer, data, model_path = checked.resume_from, checked.tokenizer, checked.data, checked.model_path
     run_dir = resume_from.parent.parent if resume_from else new_run_dir(cfg)
     save_resolved(cfg, run_dir)
     console.start_run(cfg, run_dir)  # the header; logs to <run>/logs/ (when the CLI installed the console)
-    model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    data = load_domain_data(cfg, tokenizer, report_dir=run_dir)
+    if checked.bad_rows:
+        write_bad_rows(run_dir, checked.bad_rows)
     episodes = build_episode_runners(cfg, tokenizer)  # env domains: played, not scored
     owns_ray = start_ray(cfg)
     waiter = Waiter.from_config(cfg.faults, RAY)

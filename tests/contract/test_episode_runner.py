@@ -160,7 +160,7 @@ def test_bad_env_configuration_is_an_error_naming_the_key():
         resolve_env_class("agent", EnvConfig(path="rlvr.envs.nope.Env"))
     with pytest.raises(ConfigError, match=r"domains\.agent\.env\.path: .* is not an Env subclass"):
         resolve_env_class("agent", EnvConfig(path="rlvr.config.root.Config"))
-    with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args: .*GridPuzzleEnv rejected them"):
+    with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args\.x: GridPuzzleEnv has no argument 'x'"):
         check_args("agent", resolve_env_class("agent", EnvConfig(path=GRID)), EnvConfig(path=GRID, args={"x": 1}))
     with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args: .*size must be >= 2"):
         check_args("agent", resolve_env_class("agent", EnvConfig(path=GRID)), EnvConfig(path=GRID, args={"size": 1}))
@@ -202,7 +202,7 @@ def test_the_pipeline_fails_on_an_unknown_env_before_starting_anything(tokenizer
     with pytest.raises(ConfigError, match=r"domains\.agent\.env\.path: cannot import 'rlvr.envs.grid_puzzle.NoSuchEnv'"):
         load_domain_data(config_from_dict(tree), tokenizer)
     tree["domains"]["agent"]["env"] = {"path": GRID, "args": {"colour": "blue"}}
-    with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args: .*unexpected keyword argument 'colour'"):
+    with pytest.raises(ConfigError, match=r"domains\.agent\.env\.args\.colour: GridPuzzleEnv has no argument"):
         build_episode_runners(config_from_dict(tree), tokenizer)
     tree["domains"]["agent"]["env"] = {"path": GRID, "train_tasks": 3, "val_tasks": 2}
     data = load_domain_data(config_from_dict(tree), tokenizer)["agent"]

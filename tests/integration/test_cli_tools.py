@@ -12,6 +12,7 @@ import ray
 
 from rlvr.cli.dry_run import dry_run
 from rlvr.config.load import load_config
+from rlvr.pipeline.preflight import preflight
 from tests.conftest import REPO
 
 MAIN = REPO / "configs/math_code_mix.yaml"
@@ -26,7 +27,7 @@ def test_dry_run_counts_rows_drops_quotas_and_starts_nothing(default_model_dir, 
 
     # ray.init itself, not ray.is_initialized(): an earlier test of the session may hold a cluster in this process
     monkeypatch.setattr(ray, "init", no_ray)
-    text = dry_run(cfg)
+    text = dry_run(cfg, preflight(cfg))
     assert not (tmp_path / "runs").exists()
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.split()[:1] in
             (["math"], ["code"], ["judge"])}

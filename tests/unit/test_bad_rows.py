@@ -88,11 +88,12 @@ def test_a_domain_left_with_no_usable_rows_is_an_error_before_training(tmp_path,
     path = tmp_path / "all_bad.jsonl"
     path.write_bytes(line({"domain": "arithmetic", "messages": user("what is 1 ?")})
                      + line({**GOOD, "domain": "word_problems"}))
-    with pytest.raises(ConfigError, match=r"domain_interleave_probs\.arithmetic: .*no usable training rows route to "
-                                          r"domain 'arithmetic'.*1 rows skipped: missing_answer 1"):
+    with pytest.raises(ConfigError, match=r"data\.train_files: no usable training rows route to domain 'arithmetic' "
+                                          r"\(its probability .* is 0\.5\).*1 rows skipped: missing_answer 1"):
         load_domain_data(config(tmp_path, [str(path)]), tiny_tokenizer)
 
 
 def test_bad_rows_error_mode_stops_at_the_first_one(tmp_path, tiny_tokenizer):
-    with pytest.raises(RowError, match=r"messy\.jsonl:2: line 3 is not valid UTF-8"):
+    with pytest.raises(ConfigError, match=r"data\.train_files: .*messy\.jsonl:2: line 3 is not valid UTF-8.*"
+                                          r"data\.bad_rows: error stops at the first bad row"):
         load_domain_data(config(tmp_path, [messy_file(tmp_path)], bad_rows="error"), tiny_tokenizer)

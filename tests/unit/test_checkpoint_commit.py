@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from rlvr.pipeline import checkpoint
 
 
@@ -57,3 +59,15 @@ def test_a_kill_inside_the_save_leaves_the_previous_checkpoint_latest(tmp_path):
     assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["step_000001"]
     assert json.loads((tmp_path / "checkpoints" / "step_000001" / "driver.json").read_text()) == {"step": 1}
     assert checkpoint.find_resume_point(tmp_path.parent, tmp_path.name, "latest").name == "step_000001"
+
+
+def test_resume_latest_matches_the_run_name_exactly(tmp_path):
+    """`math` must not resume from `math-v2`'s checkpoints, however recent (the name was once a prefix match)."""
+    for name, step in (("math-20260101-000000-000", 1), ("math-v2-20260102-000000-000", 5), ("math-v2", 6)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text("run: {}\n")
+        save(tmp_path / name, step)
+    assert checkpoint.find_resume_point(tmp_path, "math", "latest").parent.parent.name == "math-20260101-000000-000"
+    assert checkpoint.find_resume_point(tmp_path, "math-v2", "latest").name == "step_000006"
+    with pytest.raises(FileNotFoundError, match="no checkpoint under"):
+        checkpoint.find_resume_point(tmp_path, "mat", "latest")

@@ -56,6 +56,20 @@ def test_wrong_type_names_key(tmp_path):
     assert "rollout.group_size" in str(err.value) and "integer" in str(err.value)
 
 
+@pytest.mark.parametrize("estimator,ok", [("grpo", False), ("rloo", False), ("dr_grpo", False),
+                                          ("reinforce_pp_baseline", False), ("reinforce_pp", True), ("gae", True)])
+def test_one_response_per_prompt_is_refused_where_the_estimator_compares_within_the_group(tmp_path, estimator, ok):
+    tree = base()
+    tree["rollout"]["group_size"] = 1
+    tree["algorithm"] = {"adv_estimator": estimator}
+    if ok:
+        assert load_config(write(tmp_path, tree)).rollout.group_size == 1
+        return
+    with pytest.raises(ConfigError, match=rf"rollout\.group_size: 1: adv_estimator {estimator} compares .* every "
+                                          "advantage is 0"):
+        load_config(write(tmp_path, tree))
+
+
 def test_probabilities_must_sum_to_one(tmp_path):
     tree = base()
     tree["rollout"]["domain_interleave_probs"] = {"a": 0.5, "b": 0.6}

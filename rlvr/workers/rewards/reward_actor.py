@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from rlvr.config.base import ConfigError
+from rlvr.config.call_args import check_call_args
 from rlvr.config.domains import RewardConfig
 from rlvr.config.load import import_class
 from rlvr.data.reward_result import RewardResult
@@ -17,6 +18,13 @@ def resolve_reward_class(domain: str, cfg: RewardConfig) -> type[RewardWorker]:
     return import_class(f"domains.{domain}.reward.worker", cfg.worker, RewardWorker, "a RewardWorker subclass")
 
 
+def check_reward_args(domain: str, cfg: RewardConfig) -> None:
+    """The worker class imports and its constructor would take `args` (names and annotated types), checked without
+    building it."""
+    check_call_args(resolve_reward_class(domain, cfg), cfg.args, f"domains.{domain}.reward.args",
+                    fixed=("domain", "limits"))
+
+
 def build_reward_worker(domain: str, cfg: RewardConfig) -> RewardWorker:
     cls = resolve_reward_class(domain, cfg)
     limits = RewardLimits(max_concurrency=cfg.max_concurrency, timeout_s=cfg.timeout_s,
@@ -24,8 +32,8 @@ def build_reward_worker(domain: str, cfg: RewardConfig) -> RewardWorker:
                           val_max_concurrency=cfg.val_max_concurrency)
     try:
         return cls(domain=domain, limits=limits, **cfg.args)
-    except TypeError as err:
-        raise ConfigError(f"domains.{domain}.reward.args: {cfg.worker} rejected them: {err}") from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{cfg.worker} rejected them: {err}", key=f"domains.{domain}.reward.args") from None
 
 
 class RewardActor:

@@ -1,0 +1,70 @@
+"""Everything a run can find wrong before it starts anything: run by `build_pipeline` first and by `--dry-run`.
+
+No directory, process or server exists yet when these checks run, so a mistake costs seconds, not a minute of
+start-up, and leaves nothing behind. Each failure is a ConfigError keyed by the config key to change; the CLI
+adds whether the value came from the file or an override (rlvr.config.load.key_origin). The table of checks is
+in docs/config.md ("Checked before start").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from rlvr.config.base import ConfigError
+from rlvr.config.root import Config
+from rlvr.data.dataset import BadRow
+from rlvr.envs.base import check_args, resolve_env_class
+from rlvr.models.default_model import ModelNotFoundError, resolve_model_path
+from rlvr.pipeline import checkpoint
+from rlvr.pipeline.build import DomainData, load_domain_data, local_judge_domains
+from rlvr.workers.rewards.reward_actor import check_reward_args
+
+
+@dataclass
+class Checked:
+    """What the checks had to load anyway, handed on so the run does not load it twice."""
+
+    model_path: str
+    tokenizer: Any
+    data: dict[str, DomainData]
+    bad_rows: list[BadRow] = field(default_factory=list)
+    resume_from: Path | None = None
+
+
+def model_dir(key: str, name_or_path: str, cache_dir: str | None) -> str:
+    try:
+        return resolve_model_path(name_or_path, cache_dir)
+    except ModelNotFoundError as err:
+        raise ConfigError(f"{err.problem}; give a local Hugging Face model directory (with config.json) or "
+                          "'smollm2-135m-instruct' (no model hub is reachable from here)", key=key) from None
+
+
+def preflight(cfg: Config) -> Checked:
+    """Resume target, models, reward and env arguments, data: in the order a user would fix them."""
+    resume_from = None
+    if cfg.run.resume:
+        try:
+            resume_from = checkpoint.find_resume_point(Path(cfg.run.output_dir), cfg.run.name, cfg.run.resume)
+        except FileNotFoundError as err:
+            raise ConfigError(str(err).removeprefix(f"run.resume={cfg.run.resume}: "), key="run.resume") from None
+    model_path = model_dir("model.path", cfg.model.path, cfg.model.cache_dir)
+    if cfg.critic.model_path:
+        model_dir("critic.model_path", cfg.critic.model_path, cfg.model.cache_dir)
+    for domain, dc in cfg.domains.items():
+        if dc.env is not None:
+            check_args(domain, resolve_env_class(domain, dc.env), dc.env)
+        else:
+            check_reward_args(domain, dc.reward)
+    if local_judge_domains(cfg):
+        model_dir("judge_server.model", cfg.judge_server.model, cfg.model.cache_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{model_path}: its tokenizer does not load: {err}", key="model.path") from None
+    bad: list[BadRow] = []
+    data = load_domain_data(cfg, tokenizer, bad_out=bad)
+    return Checked(model_path, tokenizer, data, bad, resume_from)
