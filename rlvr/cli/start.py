@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import traceback
 
 from rlvr.config.base import ConfigError
 from rlvr.config.load import key_origin, load_config, overrides_by_key
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlvr.start", description="CLI entry: `python -m rlvr.start "
-                                     "--config configs/math.yaml [key=value ...]`.")
+    parser = argparse.ArgumentParser(
+        prog="python -m rlvr.start", description="Train with `python -m rlvr.start --config configs/math.yaml "
+        "[key=value ...]`.", epilog="Every key, its default and meaning, the algorithm presets (algorithm=grpo, "
+        "ppo, dapo, gigpo, ...) and what is checked before start: docs/config.md; the presets' papers and keys: "
+        "docs/algorithms.md.")
     parser.add_argument("--config", required=True, help="YAML config, e.g. configs/math.yaml")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. run.max_steps=2")
     parser.add_argument("--verbose", action="store_true", help="also show third-party logs and all worker output "
@@ -42,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             print(dry_run(cfg, checked))
             return 0
     except ConfigError as err:
+        if args.verbose:
+            traceback.print_exc()
         where = f"{key_origin(err.key, args.config, overrides_by_key(args.overrides))}: " if err.key else ""
         print(f"error: {where}{err}", file=sys.stderr)
         return 2

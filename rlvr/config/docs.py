@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from rlvr.algorithms.presets import PRESETS
+from rlvr.config.checks import checks_table
 from rlvr.config.root import Config
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
@@ -248,6 +249,12 @@ def render() -> str:
             "`algorithm: <preset>` (or `algorithm.preset`) sets these values; any key you set yourself wins "
             "(rlvr/algorithms/presets.py).", ""]
     out += presets_table()
+    out += ["", "## Checked before start", "",
+            "`--dry-run` and every run check these before any directory, process or server exists (rlvr/config/, "
+            "rlvr/pipeline/preflight.py); a failure is one line naming the key and the file or override that set "
+            "it, exit status 2 (`--verbose` adds the traceback). Each row is a test in "
+            "tests/integration/test_checked_before_start.py (rlvr/config/checks.py).", ""]
+    out += checks_table()
     return "\n".join(out) + "\n"
 
 

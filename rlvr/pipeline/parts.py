@@ -51,14 +51,18 @@ def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts
     console.start_run(cfg, run_dir)  # the header; logs to <run>/logs/ (when the CLI installed the console)
     if checked.bad_rows:
         write_bad_rows(run_dir, checked.bad_rows)
+    console.stage_done("checks (config, models, data)", checked.seconds)
     episodes = build_episode_runners(cfg, tokenizer)  # env domains: played, not scored
-    owns_ray = start_ray(cfg)
+    with console.stage("Ray"):
+        owns_ray = start_ray(cfg)
     waiter = Waiter.from_config(cfg.faults, RAY)
     faults = FaultLog(run_dir / "faults.jsonl")
     supervisor = Supervisor(cfg.faults, waiter, faults)
-    judge_server, rewards_cfg = start_local_judge(cfg, log_dir=run_dir / "logs" / "judge_server")
-    sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
-    clusters = build_clusters(cfg, model_path, rewards_cfg, waiter)
+    with console.stage("servers (judge, sandbox, where asked for)"):
+        judge_server, rewards_cfg = start_local_judge(cfg, log_dir=run_dir / "logs" / "judge_server")
+        sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
+    with console.stage("workers and engines (actor_train, actor_infer, reference, critic, rewards)"):
+        clusters = build_clusters(cfg, model_path, rewards_cfg, waiter)
     supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server,
                      weight_source=clusters.weight_sync.weight_source)
     clusters.weight_sync.supervise(supervisor, faults)

@@ -8,6 +8,7 @@ in docs/config.md ("Checked before start").
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ class Checked:
     data: dict[str, DomainData]
     bad_rows: list[BadRow] = field(default_factory=list)
     resume_from: Path | None = None
+    seconds: float = 0.0  # how long the checks took (the console's first start-up line)
 
 
 def model_dir(key: str, name_or_path: str, cache_dir: str | None) -> str:
@@ -45,6 +47,7 @@ def model_dir(key: str, name_or_path: str, cache_dir: str | None) -> str:
 
 def preflight(cfg: Config) -> Checked:
     """Resume target, models, reward and env arguments, data: in the order a user would fix them."""
+    start = time.perf_counter()
     resume_from = None
     if cfg.run.resume:
         try:
@@ -67,4 +70,4 @@ def preflight(cfg: Config) -> Checked:
         raise ConfigError(f"{model_path}: its tokenizer does not load: {err}", key="model.path") from None
     bad: list[BadRow] = []
     data = load_domain_data(cfg, tokenizer, bad_out=bad)
-    return Checked(model_path, tokenizer, data, bad, resume_from)
+    return Checked(model_path, tokenizer, data, bad, resume_from, time.perf_counter() - start)

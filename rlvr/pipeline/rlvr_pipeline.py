@@ -239,6 +239,7 @@ class RLVRPipeline:
         return max(abs(a - b) for infer in infers for a, b in zip(train[1:], infer[0][1:]))
 
     def val(self) -> dict[str, float]:
+        start = time.perf_counter()
         results = self.schedulers.validate(self.step)
         metrics: dict[str, float] = {}
         correct = scored = 0
@@ -252,7 +253,7 @@ class RLVRPipeline:
             metrics["val_correct/all/mean"] = correct / scored
         self.last_val = metrics.get("val_correct/all/mean")
         self.trackers.log_val_samples(rows, self.step)
-        console.say(console.validation_line(self.step, metrics))
+        console.say(console.validation_line(self.step, metrics, time.perf_counter() - start))
         return metrics
 
     # ------------------------------------------------------------------ checkpoints

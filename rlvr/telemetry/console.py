@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from tqdm import tqdm
 
@@ -368,12 +369,27 @@ def say(text: str) -> None:
     tqdm.write(text, file=stream)
 
 
-def validation_line(step: int, metrics: dict[str, float]) -> str:
+def validation_line(step: int, metrics: dict[str, float], seconds: float | None = None) -> str:
     per_domain = sorted((k.split("/")[1], v) for k, v in metrics.items()
                         if k.startswith("val_correct/") and k.endswith("/mean") and k.split("/")[1] != "all")
     overall = metrics.get("val_correct/all/mean")
     head = f"validation @ step {step}: val_correct " + (f"{overall:.3f}" if overall is not None else "n/a")
-    return head + ("  (" + ", ".join(f"{d} {v:.3f}" for d, v in per_domain) + ")" if per_domain else "")
+    tail = f"  [{seconds:.1f} s]" if seconds is not None else ""
+    return head + ("  (" + ", ".join(f"{d} {v:.3f}" for d, v in per_domain) + ")" if per_domain else "") + tail
+
+
+@contextmanager
+def stage(what: str) -> Iterator[None]:
+    """One stage of start-up (Ray, a server, the workers and their engines): a line with its seconds once it is
+    done, so the minute before the first step is not silent (CLI runs only; programmatic runs print nothing)."""
+    start = time.perf_counter()
+    yield
+    stage_done(what, time.perf_counter() - start)
+
+
+def stage_done(what: str, seconds: float) -> None:
+    if _active is not None:
+        say(f"  ready: {what} in {seconds:.1f} s")
 
 
 def progress_postfix(metrics: dict[str, float], last_val: float | None) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """Every mistake a user can make in a config, an override, a data file, a model path, a reward argument, a judge or
 sandbox setting or a resume target stops `python -m rlvr.start` before anything starts: exit 2, at most 3 lines on
 stderr naming the key and where its value came from (the file, with its path, or the override), no traceback, no
-run directory, no Ray. One row per check of docs/config.md's "Checked before start" table; each runs through the
-CLI's main() (with --dry-run, and a few without it: the real run checks the same way first)."""
+run directory, no Ray. One case per row of docs/config.md's "Checked before start" table (rlvr/config/checks.py);
+each runs through the CLI's main() (with --dry-run, and a few without it: the real run checks the same way first)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import ray
 import yaml
 
 from rlvr.cli.start import main
+from rlvr.config.checks import CHECKS
 from rlvr.telemetry import console
 from tests.conftest import REPO
 
@@ -90,6 +91,10 @@ CASES = [
     ("override under an unknown section", MATH, ["foo.bar=1"], "foo", "unknown key"),
     ("unknown key", MATH, ["rollout.group_sise=4"], "rollout.group_sise", "unknown key"),
 ]
+
+
+def test_every_row_of_the_documented_table_has_a_case():
+    assert [c[0] for c in CASES] and {c[0] for c in CASES} == {check for check, _, _ in CHECKS}
 
 
 @pytest.mark.parametrize("config,overrides,key,fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

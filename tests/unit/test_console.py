@@ -156,3 +156,24 @@ def test_a_followed_file_shows_its_errors_as_they_are_written(tmp_path):
         follower.stop()
         follower.join()
     assert console.getvalue() == f"(judge_server pid=9) {ERRORS[2]}\n"
+
+
+def test_start_up_stages_print_their_seconds_only_on_an_installed_console(capsys):
+    from rlvr.telemetry import console
+
+    console.uninstall()
+    with console.stage("Ray"):
+        pass
+    assert capsys.readouterr().out == ""  # programmatic runs (benches, tests) stay quiet
+    stream = io.StringIO()
+    installed = console.install()
+    installed.stream = stream
+    try:
+        with console.stage("Ray"):
+            pass
+        console.stage_done("checks", 1.25)
+    finally:
+        console.uninstall()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("  ready: Ray in 0.") and lines[1] == "  ready: checks in 1.2 s"
+    assert validation_line(0, {"val_correct/all/mean": 0.5}, 3.04) == "validation @ step 0: val_correct 0.500  [3.0 s]"
