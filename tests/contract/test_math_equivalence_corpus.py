@@ -1,5 +1,5 @@
 """The math reward against the public answer-equivalence corpus (tests/data/math_equivalence.jsonl): it agrees with
-the expected verdict on at least 97% of the cases, and on every case plain math-verify gets right.
+the expected verdict on at least 99% of the cases, and on every case plain math-verify gets right.
 
 Both run for real, side by side: rlvr through MathRuleRewardWorker and its process pool (2 workers), plain
 math-verify (`verify(parse(gold), parse(response))`) in a process pool of its own.
@@ -20,7 +20,7 @@ from tests.helpers.math_corpus import (
     run_rlvr,
 )
 
-MIN_AGREEMENT = 0.97
+MIN_AGREEMENT = 0.99
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_every_case_gets_a_status_ok(corpus, verdicts):
     assert not failed, failed
 
 
-def test_rlvr_agrees_with_the_expected_verdict_on_97_percent(corpus, verdicts):
+def test_rlvr_agrees_with_the_expected_verdict_on_99_percent(corpus, verdicts):
     rlvr, _ = verdicts
     agreed, total = agreement(corpus, {cid: correct for cid, (_, correct) in rlvr.items()})
     wrong = [c.id for c in corpus if rlvr[c.id][1] is not c.expected]
@@ -75,3 +75,12 @@ def test_never_worse_than_plain_math_verify(corpus, verdicts):
     rlvr, plain = verdicts
     lost = [c.id for c in corpus if plain[c.id] is c.expected and rlvr[c.id][1] is not c.expected]
     assert not lost, lost
+
+
+def test_lists_with_an_ellipsis_plain_math_verify_accepts_are_rejected(corpus, verdicts):
+    """The category math-verify wrongly accepts (Math-Verify issue 14): lists that share first terms."""
+    rlvr, plain = verdicts
+    cases = [c for c in corpus if c.category == "ellipsis_lists"]
+    fooled = [c.id for c in cases if not c.expected and plain[c.id]]
+    assert len(fooled) >= 2, fooled
+    assert [c.id for c in cases if rlvr[c.id][1] is not c.expected] == []

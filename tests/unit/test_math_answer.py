@@ -62,6 +62,21 @@ def test_unicode_box_frames():
     assert unicode_box_frames("\u2502 42 \u2502") == "\u2502 42 \u2502"  # a bar alone is no frame
 
 
+def test_glyph_boxes_mark_the_answer_like_boxed():
+    assert math_answer.glyph_boxes("so \u25a1{42}") == "so \\boxed{42}"
+    assert math_answer.glyph_boxes("\u25a0 {7} and \u2610{8}") == "\\boxed{7} and \\boxed{8}"
+    assert math_answer.glyph_boxes("a \u25a1 b") == "a \u25a1 b"  # a glyph without braces is left alone
+    candidates, how = math_answer.extract_candidates("6 x 7 = 42, minus 2.\nThe final answer is \u25a1{40}")
+    assert (candidates, how) == ([("math", "40")], "boxed")
+
+
+def test_a_response_that_is_one_bare_set_literal_is_read_as_math():
+    assert math_answer.extract_candidates("{5, 2}") == ([("math", "{5, 2}")], "last_number")
+    assert math_answer.extract_candidates("\\{5, 2\\}")[0] == [("math", "\\{5, 2\\}")]
+    # prose around it: the set is not the whole response, the old reading stays
+    assert ("math", "{5, 2}") not in math_answer.extract_candidates("maybe {5, 2} or so")[0]
+
+
 def test_sanitize():
     assert sanitize(b"\xff\\boxed{1}") == "\ufffd\\boxed{1}"
     assert sanitize("a\udcffb") == "a?b"  # a lone surrogate (surrogateescape) cannot be encoded: replaced

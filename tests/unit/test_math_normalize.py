@@ -76,6 +76,10 @@ def test_drop_currency(text, expected):
         ("5 x", "5 x"),  # one letter: a variable, not a unit
         ("2 \\sin b", "2 \\sin b"),  # the head is not a plain number
         ("x \\text{ cm}", "x \\text{ cm}"),
+        ("10^6", "10^6"),  # a one-digit power after a number is the number's, not a unit's
+        ("2^8", "2^8"),
+        ("12 \\text{ cm}^2", "12"),  # after a unit it is the unit's
+        ("12\\,\\text{m}^{3}", "12"),
     ],
 )
 def test_drop_units(text, expected):

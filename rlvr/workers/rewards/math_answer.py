@@ -38,6 +38,10 @@ _BOX_FRAME = re.compile(
     r"[\u2514\u2517\u255a\u2570][\u2500\u2501\u2550]+[\u2518\u251b\u255d\u256f]"
 )
 # \boxed, \fbox, \framebox, and "boxed" that lost its backslash (then it needs a brace, so prose "boxed" is no box).
+# Square glyphs written in place of \boxed: white/black squares (U+25A0-25A3, 25FB-25FE), ballot box (U+2610),
+# large squares (U+2B1A-2B1C), rectangles (U+25AD, 25AF); only right before an opening brace.
+_GLYPH_BOX = re.compile("[\u25a0-\u25a3\u25ad\u25af\u25fb-\u25fe\u2610\u2b1a-\u2b1c][ \t]*(?=\\{)")
+_BARE_SET = re.compile(r"\\?\{[^{}]*,[^{}]*\\?\}")  # a whole response that is one set literal: {5, 2}
 _BOX = re.compile(r"\\(?:boxed|fbox|framebox)(?![A-Za-z]) *|(?<![A-Za-z\\])boxed *(?=\{)")
 _BARE_BOX_TOKEN = re.compile(r"[^\s$\\{}]+")  # what `\boxed 5` holds: up to a space, `$` or a command
 # What may stand between two boxes of one answer: spaces, commas, "and"/"or", \quad, math delimiters, a \text{...}
@@ -106,9 +110,14 @@ def unicode_box_frames(text: str) -> str:
     return _BOX_FRAME.sub(lambda m: f"\\boxed{{{m.group('content').strip()}}}", text)
 
 
+def glyph_boxes(text: str) -> str:
+    """A box glyph right before braces (`□{42}`, `■{42}`, `☐{42}`) marks the final answer as `\\boxed{42}` does."""
+    return _GLYPH_BOX.sub(r"\\boxed", text)
+
+
 def clean_response(text: object) -> str:
     """The part of a response that can hold its final answer (see the module docstring)."""
-    text = unicode_box_frames(fullwidth_to_ascii(sanitize(text)))
+    text = glyph_boxes(unicode_box_frames(fullwidth_to_ascii(sanitize(text))))
     return strip_thinking(first_turn(text))
 
 
@@ -170,7 +179,7 @@ def extract_candidates(text: object, fallback: Fallback = "last_number") -> tupl
     if fallback == "none" or not clean:
         return candidates, "phrase" if candidates else "none"
     how = "phrase" if candidates else "last_number"
-    if _single_math_span(clean):
+    if _single_math_span(clean) or _BARE_SET.fullmatch(clean):
         return candidates + [("math", clean)], how
     candidates.append(("text", clean))
     number = last_number(clean)

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Literal
 
 from rlvr.workers.rewards.math_answer import Candidate, gold_candidates
 from rlvr.workers.rewards.math_normalize import normalize_answer
+from rlvr.workers.rewards.math_sequences import sequence_verdict
 
 Verdict = Literal["correct", "wrong", "no_answer", "timeout", "bad_gold"]
 
@@ -61,17 +62,25 @@ def check_answer(gold: str, candidates: list[Candidate], soft_timeout_s: float) 
     parses ("no_answer" when no candidate does). Runs in a pool worker's main thread (the deadline uses SIGALRM)."""
     try:
         with deadline(soft_timeout_s):
-            gold_forms = parse_first(gold_candidates(gold))
+            gold_readings = gold_candidates(gold)
+            gold_forms = parse_first(gold_readings)
             if not gold_forms:
                 return "bad_gold"
             answer_forms = parse_first(candidates)
             if not answer_forms:
                 return "no_answer"
+            listed = sequence_verdict(first_math(gold_readings), first_math(candidates))
+            if listed is not None:  # a list with an ellipsis: only the same list (rlvr/workers/rewards/math_sequences.py)
+                return "correct" if listed else "wrong"
             if any(equivalent(g, a) for g in gold_forms for a in answer_forms):
                 return "correct"
             return "wrong"
     except SoftTimeout:
         return "timeout"
+
+
+def first_math(candidates: list[Candidate]) -> str | None:
+    return next((text for kind, text in candidates if kind == "math"), None)
 
 
 def parse_first(candidates: list[Candidate]) -> list[Any]:

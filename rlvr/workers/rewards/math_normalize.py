@@ -29,10 +29,11 @@ _MIXED = re.compile(r"(?<![\w.}^_{])(\d+)\s*\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s
 _PERCENT_WORD = re.compile(r"\s*(?:\\?%|\\text\{\s*%\s*\}|\s*(?:percentage|percent|pct)\b\.?)")
 _LIST_WORD = re.compile(r"\s*(?:\\text\{\s*(?:,?\s*and|or)\s*\}|\\q?quad\b|(?<=[\s\d)}])(?:,?\s*and|or)(?=\s))\s*")
 # A unit after a number: \text-like groups, ^\circ, primes, and plain words of two letters or more; kept apart
-# from the number by a space (or a command), so that "4t", "7x" and "5 x" stay products.
-_UNIT_GROUP = r"\\(?:text|textnormal|textrm|mbox|mathrm|rm|textbf|operatorname)\s*\{[^{}]*\}"
+# from the number by a space (or a command), so that "4t", "7x" and "5 x" stay products. A one-digit power belongs
+# to the unit before it (`\text{cm}^2`, `m^3`), never to the number: `10^6` is a million, not 10 with a unit.
+_UNIT_GROUP = r"\\(?:text|textnormal|textrm|mbox|mathrm|rm|textbf|operatorname)\s*\{[^{}]*\}(?:\s*\^\s*\{?\d\}?)?"
 _UNIT_TAIL = re.compile(
-    rf"(?:\s*(?:{_UNIT_GROUP}|\^\s*\{{?\s*\\circ\s*\}}?|\^\s*\{{?\s*\\prime(?:\\prime)?\s*\}}?|\^\s*\{{?\d\}}?"
+    rf"(?:\s*(?:{_UNIT_GROUP}|\^\s*\{{?\s*\\circ\s*\}}?|\^\s*\{{?\s*\\prime(?:\\prime)?\s*\}}?"
     rf"|[/~]|\\[,;: !]|\s[A-Za-z][A-Za-z.]*[A-Za-z.](?:\^\{{?\d\}}?)?))+\s*$"
 )
 _NUMBER_HEAD = re.compile(
