@@ -110,8 +110,13 @@ def test_console_is_quiet_and_ends_with_the_summary(main_run):
     assert f"run dir    {main_run.run_dir}" in text
     val_lines = [l for l in lines if l.startswith("validation @ step")]
     assert [l.split(":")[0] for l in val_lines] == ["validation @ step 0", "validation @ step 2"]
-    assert all(re.search(r": val_correct \d\.\d{3}  \(code \d\.\d{3}, judge \d\.\d{3}, math \d\.\d{3}\)$", l)
-               for l in val_lines), val_lines
+    assert all(re.search(r": val_correct \d\.\d{3}  \(code \d\.\d{3}, judge \d\.\d{3}, math \d\.\d{3}\)  "
+                         r"\[\d+\.\d s\]$", l) for l in val_lines), val_lines
+    # start-up, stage by stage, each with its seconds
+    stages = [m.group(1) for l in lines if (m := re.match(r"^  ready: (.+) in \d+\.\d s$", l))]
+    assert [s.split(" ")[0] for s in stages] == ["checks", "Ray", "servers", "workers"], stages
+    # no log line of Ray's C++ core ("[2026-... E 123 123] core_worker.cc:...": it once warned on every run)
+    assert [l for l in lines if re.search(r"\[\d{4}-\d\d-\d\d [\d:,]+ [EWIF] \d+ \d+\]", l)] == []
     # no third-party warnings (vLLM, Ray, DeepSpeed, W&B, datasets, transformers, Python warnings) unless --verbose
     unprefixed = [re.sub(r"^\([^()]* pid=\w+\) ", "", l) for l in lines]  # a worker's line: "(Worker pid=N) ..."
     noisy = [l for l in unprefixed if re.search(r"(?i)warn", l) and not OUR_WARNING_LINE.search(l)]
