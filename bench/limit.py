@@ -10,7 +10,10 @@
      to its recorded response length (min_tokens = max_tokens = length, EOS ignored);
    - train: `ActorTrainWorker.train` (the same strategy and loss) on the step's batch, built by the same
      `make_train_batch` (timed apart: batching), in a process of its own;
-   - reward: the domain's reward worker scoring every sample of the step at once.
+   - reward: the domain's reward worker scoring every sample of the step at once;
+   - the box's limit for the update: a plain loop with no rlvr code (`plain_trainer`: the model in pure bf16, AdamW,
+     GRPO advantages, the step's sequences sorted by length into micro-batches), in a process of its own. The limit
+     is raw generation + plain train + raw reward; run with `generation.dtype=bfloat16` for the bf16 limit.
 Interleaved: right after rlvr logs step s, the raw parts of step s run while the pipeline's actors sit idle, and
 rlvr's step s+1 is timed from when they finish. This machine's speed drifts by 20-30% over minutes (one fixed
 train call: 16.5-21.3 s); measured side by side step by step, the drift hits both sides alike.
@@ -123,6 +126,51 @@ def raw_trainer(conn, cfg, model_path: str) -> None:
         conn.send(time.perf_counter() - start)
 
 
+def plain_trainer(conn, model_path: str, lr: float, micro_batch: int, threads: int | None) -> None:
+    """The box's limit for the update: a hand-written loop with no rlvr code. The model in pure bf16 (weights,
+    gradients and AdamW states: cheaper than any mixed-precision scheme), GRPO advantages computed here, sequences
+    sorted by length into micro-batches of `micro_batch` (what a hand-written loop does to avoid padding; the few pad
+    tokens left are counted), token-mean policy-gradient loss over the response tokens, one optimizer step per
+    batch. Receives a step's samples as (group id, prompt ids, response ids, reward); sends back (seconds, pad
+    fraction); None ends it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if threads:
+        torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.bfloat16)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    conn.send("ready")
+    while (samples := conn.recv()) is not None:
+        start = time.perf_counter()
+        rewards: dict[str, list[float]] = {}
+        for gid, _, _, r in samples:
+            rewards.setdefault(gid, []).append(r)
+        stats = {g: (statistics.mean(v), statistics.pstdev(v)) for g, v in rewards.items()}
+        rows = sorted(((p + q, len(p), (r - stats[g][0]) / (stats[g][1] + 1e-6)) for g, p, q, r in samples),
+                      key=lambda row: len(row[0]))
+        n_loss = sum(len(ids) - n_prompt for ids, n_prompt, _ in rows)
+        real = sum(len(ids) for ids, _, _ in rows)
+        padded = 0
+        optimizer.zero_grad(set_to_none=True)
+        for i in range(0, len(rows), micro_batch):
+            chunk = rows[i:i + micro_batch]
+            width = max(len(ids) for ids, _, _ in chunk)
+            padded += width * len(chunk)
+            ids = torch.tensor([r[0] + [0] * (width - len(r[0])) for r in chunk])
+            attention = torch.tensor([[1] * len(r[0]) + [0] * (width - len(r[0])) for r in chunk])
+            mask = torch.tensor([[0.0] * r[1] + [1.0] * (len(r[0]) - r[1]) + [0.0] * (width - len(r[0]))
+                                 for r in chunk])[:, 1:]
+            adv = torch.tensor([r[2] for r in chunk])[:, None]
+            logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            loss = -(adv * logp * mask).sum() / n_loss
+            loss.backward()
+        optimizer.step()
+        conn.send((time.perf_counter() - start, 1 - real / padded))
+
+
 class RawParts:
     """The raw parts, built once: an engine and the reward workers in this process, the trainer in a process of
     its own. `measure` times them on one step's groups; the first call (step 0) warms each up and is not
@@ -135,7 +183,8 @@ class RawParts:
         from rlvr.workers.rewards.reward_actor import build_reward_worker
 
         self.cfg, self.pad_id = cfg, pad_id
-        self.times: dict[str, dict[int, float]] = {k: {} for k in ("generation", "batching", "train", "reward")}
+        self.times: dict[str, dict[int, float]] = {k: {} for k in ("generation", "batching", "train", "reward",
+                                                                   "plain_train", "plain_pads")}
         self.loop = asyncio.new_event_loop()
         spawn = multiprocessing.get_context("spawn")
         self.conn, child = spawn.Pipe()
@@ -143,6 +192,12 @@ class RawParts:
         self.trainer.start()
         if self.conn.recv() != "ready":
             raise RuntimeError("the raw trainer did not start")
+        self.plain_conn, child = spawn.Pipe()
+        self.plain = spawn.Process(target=plain_trainer, daemon=True, args=(
+            child, model_path, cfg.actor_train.lr, cfg.actor_train.micro_batch_size, cfg.actor_train.torch_threads))
+        self.plain.start()
+        if self.plain_conn.recv() != "ready":
+            raise RuntimeError("the plain trainer did not start")
         self.engine = build_engine(cfg, model_path, seed=0)
         self.rewards = {d: build_reward_worker(d, dc.reward) for d, dc in cfg.domains.items()}
 
@@ -160,17 +215,21 @@ class RawParts:
         self.conn.send((batch, anchor))
         train = self.conn.recv()
         reward = run(raw_rewards(self.rewards, groups))
+        self.plain_conn.send([(g.prompt.uid, list(g.prompt.prompt_ids), list(x.response_ids), x.reward.reward)
+                              for g in groups for x in g.samples if x.reward is not None])
+        plain_train, plain_pads = self.plain_conn.recv()
         if step:
             for key, value in (("generation", generation), ("batching", batching), ("train", train),
-                               ("reward", reward)):
+                               ("reward", reward), ("plain_train", plain_train), ("plain_pads", plain_pads)):
                 self.times[key][step] = value
 
     def close(self) -> None:
         try:
-            self.conn.send(None)
-            self.trainer.join(timeout=60)
-            if self.trainer.is_alive():
-                self.trainer.kill()
+            for conn, process in ((self.conn, self.trainer), (self.plain_conn, self.plain)):
+                conn.send(None)
+                process.join(timeout=60)
+                if process.is_alive():
+                    process.kill()
             self.engine.shutdown()
             for worker in self.rewards.values():
                 worker.close()
@@ -269,6 +328,16 @@ def report(cfg, args, walls, groups, records, raw, steps) -> None:
           f"{med(certain):.3f}")
     print(f"overhead ratio rlvr / raw parts: median {med(ratios):.3f} (per step {per_step})"
           f"; target <= 1.10")
+    # The box's limit: the same generation and rewards, the update by a plain bf16 loop (plain_trainer)
+    limit = {s: raw["generation"][s] + raw["plain_train"][s] + raw["reward"][s] for s in steps}
+    to_limit = [walls[s] / limit[s] for s in steps]
+    print(f"\nthe box's limit (vLLM {g.dtype} generation of the same requests + a plain pure-bf16 train loop over "
+          f"the same tokens, {med(raw['plain_pads'].values()):.1%} pads after sorting by length + rewards):")
+    print(f"{'step':>4} {'rlvr s':>8} {'limit s':>8} {'ratio':>6}   {'train rlvr':>10} {'train plain':>11}")
+    for s, r in zip(steps, to_limit):
+        print(f"{s:>4} {walls[s]:>8.2f} {limit[s]:>8.2f} {r:>6.3f}   {train[s]:>10.2f} {raw['plain_train'][s]:>11.2f}")
+    print(f"rlvr / the box's limit: median {med(to_limit):.3f} (per step {', '.join(f'{r:.3f}' for r in to_limit)})"
+          f"; target <= 1.15")
 
 
 if __name__ == "__main__":  # vLLM spawns its engine processes: the guard is required
