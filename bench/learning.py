@@ -9,7 +9,9 @@ Each algorithm (an `algorithm` preset) or named variant (a set of overrides) run
 and seed, one after the other in this process; with several seeds the runs go seed by seed, every variant once per
 seed, so a cut-short bench still compares like with like, and the tables give mean +- standard error over seeds
 (sample standard deviation / sqrt(n)) with the final difference in units of the pooled standard error
-sqrt(se_a^2 + se_b^2). Each finished run's records are appended to --out (JSON lines) as it ends. With one algorithm it prints a table per step: mean training reward per domain and, on validation steps,
+sqrt(se_a^2 + se_b^2). Each finished run's records are appended to --out (JSON lines) as it ends.
+
+With one algorithm it prints a table per step: mean training reward per domain and, on validation steps,
 val_correct per domain and overall (greedy decoding on the held-out split). With several it prints one table of
 val_correct per domain every `--eval-every` steps per algorithm, then each algorithm's step time (median and
 range over its training steps after step 0, validation excluded) and its ratio to the first algorithm's, the

@@ -111,7 +111,7 @@ def unicode_box_frames(text: str) -> str:
 
 
 def glyph_boxes(text: str) -> str:
-    """A box glyph right before braces (`□{42}`, `■{42}`, `☐{42}`) marks the final answer as `\\boxed{42}` does."""
+    """A box glyph right before braces (`□{42}`, `■{42}`, `☐{42}`) marks the final answer as `\\boxed{}` does."""
     return _GLYPH_BOX.sub(r"\\boxed", text)
 
 

@@ -70,7 +70,7 @@ def check_answer(gold: str, candidates: list[Candidate], soft_timeout_s: float) 
             if not answer_forms:
                 return "no_answer"
             listed = sequence_verdict(first_math(gold_readings), first_math(candidates))
-            if listed is not None:  # a list with an ellipsis: only the same list (rlvr/workers/rewards/math_sequences.py)
+            if listed is not None:  # a list with an ellipsis matches only the same list (math_sequences.py)
                 return "correct" if listed else "wrong"
             if any(equivalent(g, a) for g in gold_forms for a in answer_forms):
                 return "correct"
