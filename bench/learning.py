@@ -171,6 +171,19 @@ def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
             print(f"| {label} | " + " | ".join(cells) + " |")
 
 
+def print_loaded(args) -> None:
+    from rlvr.config.load import load_config
+
+    runs: dict[str, dict[int | None, dict[int, dict]]] = {}
+    for path in args.load:
+        for line in Path(path).read_text().splitlines():
+            row = json.loads(line)
+            runs.setdefault(row["variant"], {})[row["seed"]] = {int(k): v for k, v in row["records"].items()}
+    cfg = load_config(args.config, args.overrides)
+    print(f"loaded {', '.join(args.load)}: {', '.join(f'{v} seeds {sorted(r)}' for v, r in runs.items())}")
+    seed_tables(cfg, runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
@@ -182,12 +195,17 @@ def main() -> None:
                         help="a named set of overrides to compare (repeat the flag; the first is the baseline)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="run.seed of each repetition")
     parser.add_argument("--out", default=None, help="append each finished run's records here (JSON lines)")
+    parser.add_argument("--load", nargs="+", default=None, metavar="JSONL",
+                        help="print the tables of earlier benches' --out files (several: their variants side by "
+                             "side, the first file's first variant the baseline) instead of running")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     if args.algorithms:  # key=value overrides written after --algorithms land in its list: move them back
         args.overrides += [a for a in args.algorithms if "=" in a]
         args.algorithms = [a for a in args.algorithms if "=" not in a]
 
+    if args.load:
+        return print_loaded(args)
     variants = variants_of(args)
     seeds = args.seeds or [None]
     runs: dict[str, dict[int | None, dict[int, dict]]] = {label: {} for label in variants}
