@@ -4,7 +4,7 @@ scheduler that dies brought back at its exact data position (docs/faults.md).
 Each `start_batch` returns the scheduler's snapshot from just before the step took anything (data cursor,
 carry-over buffer, prompts taken but not yet handed to the trainer). The driver keeps the snapshots of the steps
 still running, and the uids of every group handed to the trainer since. When a scheduler dies, Ray restarts the
-actor (its constructor runs again); `recover` sends it the domain's data again and restores it from the snapshot of its
+actor (its constructor runs again, with the domain's data); `recover` restores it from the snapshot of its
 oldest running step minus what the trainer already got, and starts the running steps again for the groups
 they still owe. Nothing is lost and nothing is trained twice; groups that were in flight are generated again.
 """
@@ -63,15 +63,12 @@ class DomainSchedulers:
         options = {"num_cpus": 0, "max_concurrency": 1000, "max_restarts": cfg.faults.max_restarts}
         where = self.planner.scheduler() if self.planner is not None else None
         remote = ray.remote(DynamicSamplingScheduler)
-        # The data go to the object store once, and stay referenced here: a restarted actor gets them again from
-        # there (recover). Sent by a call, not as constructor arguments (DynamicSamplingScheduler.set_prompts).
+        # The data go to the object store once, and stay referenced here: a restarted actor gets its constructor
+        # arguments from there again (Ray cannot restart it if they went out of scope).
         self._data = {d: (ray.put(data[d].train), ray.put(data[d].val)) for d in cfg.domains}
-        actors = {d: remote.options(**{**options, **(where.for_rank(i) if where else {})}).remote(
-                      d, None, None, infer_workers, reward_workers.get(d, []), cfg, episodes=episodes.get(d))
-                  for i, d in enumerate(cfg.domains)}
-        for d, actor in actors.items():
-            self.waiter.get(actor.set_prompts.remote(*self._data[d]), f"scheduler/{d}.set_prompts")
-        return actors
+        return {d: remote.options(**{**options, **(where.for_rank(i) if where else {})}).remote(
+                    d, *self._data[d], infer_workers, reward_workers.get(d, []), cfg, episodes=episodes.get(d))
+                for i, d in enumerate(cfg.domains)}
 
     @property
     def domains(self) -> list[str]:
@@ -141,7 +138,6 @@ class DomainSchedulers:
                              self.faults.restart_timeout_s)
         if health["restored"]:
             return  # the actor did not restart (a call failed in transit): its state is whole
-        self.waiter.get(actor.set_prompts.remote(*self._data[domain]), f"scheduler/{domain}.set_prompts")
         running = sorted(self.running[domain].items())
         point = self.points[domain][running[0][0]] if running else self.latest[domain]
         if point is None:

@@ -138,14 +138,14 @@ class StepRun:
 
 
 class DynamicSamplingScheduler:
-    def __init__(self, domain: str, train_prompts: list[Prompt] | None, val_prompts: list[Prompt] | None,
-                 infer_workers: list, reward_workers: list, cfg: Config, rank: int = 0, episodes=None):
-        """`train_prompts` / `val_prompts` None: given by `set_prompts` (the Ray actor's way: see there)."""
+    def __init__(self, domain: str, train_prompts: list[Prompt], val_prompts: list[Prompt], infer_workers: list,
+                 reward_workers: list, cfg: Config, rank: int = 0, episodes=None):
         self.domain = domain
         # An env domain's groups are played by its EpisodeRunner (rlvr/rollout/episode.py) instead of being
         # generated and then scored: the env's feedback is part of generation, so streaming does not apply.
         self.episodes = episodes
-        self.max_val_prompts = cfg.validation.max_prompts_per_domain
+        self.train_prompts = train_prompts
+        self.val_prompts = val_prompts[: cfg.validation.max_prompts_per_domain]
         # as many validation prompts in flight as the workers admit (a router stands for all of them)
         self.val_in_flight = cfg.generation.max_in_flight_per_worker * max(1, len(infer_workers),
                                                                            cfg.generation.world_size)
@@ -166,10 +166,7 @@ class DynamicSamplingScheduler:
         self.val_sampling = sampling_from_config(cfg, validation=True)
         self.seed = cfg.run.seed
         self.epoch, self.pos = 0, 0
-        self.train_prompts: list[Prompt] | None = None
-        self.val_prompts: list[Prompt] | None = None
-        if train_prompts is not None:
-            self.set_prompts(train_prompts, val_prompts or [])
+        self._order = self._permutation(0)
         self._rr_infer = self._rr_reward = 0
         self.streaming = cfg.overlap.streaming_rewards
         self.buffer: list[Carried] = []
@@ -186,14 +183,6 @@ class DynamicSamplingScheduler:
         self._skip: set[str] = set()  # prompt uids the trainer already has (handed over since the snapshot)
 
     # ------------------------------------------------------------------ data cursor
-    def set_prompts(self, train_prompts: list[Prompt], val_prompts: list[Prompt]) -> None:
-        """The domain's data. The driver sends it by this call rather than to the constructor, at the start and again
-        after a restart (DomainSchedulers.recover): Ray keeps large constructor arguments of a restartable actor
-        in its object store and then logs an error line on the driver's console at every run (its issue 53727)."""
-        self.train_prompts = list(train_prompts)
-        self.val_prompts = list(val_prompts)[: self.max_val_prompts]
-        self._order = self._permutation(self.epoch)
-
     def _permutation(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.train_prompts))
 
@@ -247,7 +236,7 @@ class DynamicSamplingScheduler:
         return {"pid": os.getpid(), "restored": self.restored, "steps": sorted(self.runs)}
 
     def _check_restored(self) -> None:
-        if not self.restored or self.train_prompts is None:
+        if not self.restored:
             raise SchedulerRestarted(f"{self.domain}: the scheduler was restarted and awaits its state")
 
     # ------------------------------------------------------------------ one prompt
@@ -552,8 +541,6 @@ class DynamicSamplingScheduler:
         At most as many prompts are in flight as the inference workers admit (a fixed set of lanes takes them in
         turn, so a validation set of any size costs no more tasks); a prompt whose generation failed is counted
         under val/<domain>/generation_errors, never dropped silently."""
-        if self.val_prompts is None:  # restarted, its data not sent again yet: the driver recovers it and asks again
-            raise SchedulerRestarted(f"{self.domain}: the scheduler was restarted and awaits its data")
         todo = iter(enumerate(self.val_prompts))
         done: list[tuple[int, Sample]] = []
         failed = 0

@@ -227,6 +227,8 @@ class RunConsole:
             for key in ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS"):
                 os.environ.setdefault(key, "1")
             os.environ.setdefault("WANDB_SILENT", "true")
+            if "datasets" in sys.modules:  # imported already (a program calling the CLI's main): it read the env then
+                sys.modules["datasets"].disable_progress_bars()
         root = logging.getLogger()
         root.setLevel(logging.INFO)
         console = _TqdmHandler(self.stream)

@@ -115,8 +115,6 @@ def test_console_is_quiet_and_ends_with_the_summary(main_run):
     # start-up, stage by stage, each with its seconds
     stages = [m.group(1) for l in lines if (m := re.match(r"^  ready: (.+) in \d+\.\d s$", l))]
     assert [s.split(" ")[0] for s in stages] == ["checks", "Ray", "servers", "workers"], stages
-    # no log line of Ray's C++ core ("[2026-... E 123 123] core_worker.cc:...": it once warned on every run)
-    assert [l for l in lines if re.search(r"\[\d{4}-\d\d-\d\d [\d:,]+ [EWIF] \d+ \d+\]", l)] == []
     # no third-party warnings (vLLM, Ray, DeepSpeed, W&B, datasets, transformers, Python warnings) unless --verbose
     unprefixed = [re.sub(r"^\([^()]* pid=\w+\) ", "", l) for l in lines]  # a worker's line: "(Worker pid=N) ..."
     noisy = [l for l in unprefixed if re.search(r"(?i)warn", l) and not OUR_WARNING_LINE.search(l)]
