@@ -33,6 +33,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -86,7 +87,12 @@ class VLLMEngine:
             args["gpu_memory_utilization"] = gpu_memory_utilization
         args.update(engine_kwargs)
         before = set(child_pids())
-        with _environ({"OMP_NUM_THREADS": str(omp_threads)} if omp_threads else {}):  # read by the spawned worker
+        # vLLM binds its ZeroMQ sockets to files under VLLM_RPC_BASE_PATH (default /tmp) and leaves them there
+        # when it ends: a directory of this engine's own, removed on shutdown or with this process.
+        self._ipc_dir = tempfile.mkdtemp(prefix=f"rlvr-vllm-ipc-{os.getpid()}-")
+        guard_path(self._ipc_dir)
+        env = {"VLLM_RPC_BASE_PATH": self._ipc_dir, **({"OMP_NUM_THREADS": str(omp_threads)} if omp_threads else {})}
+        with _environ(env):  # read here and by the spawned processes
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         # The engine's processes (EngineCore, its workers) and their shared-memory queues end with this process,
         # also when it is killed (ray.kill, a SIGKILLed driver): vLLM itself only stops them on shutdown().
@@ -223,6 +229,7 @@ class VLLMEngine:
         llm, self.llm = self.llm, None
         if llm is not None:
             llm.shutdown()
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ requests
     async def _request(self, request_id: str, prompt_ids: list[int], params):

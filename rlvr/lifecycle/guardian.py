@@ -172,8 +172,9 @@ def _remove(path: str) -> int:
         return 0
 
 
-def serve(owner: int, commands: int, refresh_s: float = REFRESH_S) -> int:
-    """The guardian's loop: commands (JSON lines) on fd `commands`, the owner watched through a pidfd."""
+def serve(owner: int, commands: int, owner_started: int | None = None, refresh_s: float = REFRESH_S) -> int:
+    """The guardian's loop: commands (JSON lines) on fd `commands`, the owner (pid, start time) watched through a
+    pidfd."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -182,11 +183,13 @@ def serve(owner: int, commands: int, refresh_s: float = REFRESH_S) -> int:
         owner_fd = os.pidfd_open(owner)
     except ProcessLookupError:
         owner_fd = None
+    if owner_fd is not None and owner_started is not None and start_time(owner) != owner_started:
+        owner_fd = None  # the owner died, and its pid went to another process, before we watched it
     buffer, reason, grace = b"", "owner exited", TERM_GRACE_S
     os.set_blocking(commands, False)
     while not stop.is_set():
         # The owner may have died before we could watch it: what it handed over is still in the pipe.
-        owner_gone = owner_fd is None or os.getppid() != owner
+        owner_gone = owner_fd is None
         ready, _, _ = select.select([commands] + ([owner_fd] if owner_fd is not None else []), [], [],
                                     0 if owner_gone else refresh_s)
         if owner_fd is not None and owner_fd in ready:
@@ -243,10 +246,16 @@ class Guardian:
         self.owner = os.getpid()
         self._lock = threading.Lock()
         # The guardian must not see our stdout / stderr pipes as keeping anything alive, nor a terminal's signals.
-        self.process = subprocess.Popen([sys.executable, "-m", "rlvr.lifecycle", str(self.owner),
-                                         str(read_end)], pass_fds=(read_end,), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, start_new_session=True)
+        # It is not our child either: the process started here forks it and exits, saying its pid. Ray SIGKILLs
+        # an actor's direct children when the actor ends (kill_child_processes_on_worker_exit), which took the
+        # guardian with them before it could remove anything.
+        starter = subprocess.Popen([sys.executable, "-m", "rlvr.lifecycle", str(self.owner),
+                                    str(start_time(self.owner)), str(read_end)], pass_fds=(read_end,),
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
         os.close(read_end)
+        out, _ = starter.communicate()
+        self.pid = int(out)
+        self.started = start_time(self.pid)
 
     def guard_process(self, pid: int) -> None:
         # The tree and its segments as they are now: if this process dies before the guardian has read them,
@@ -274,10 +283,12 @@ class Guardian:
                 pass
             os.close(self._write_end)
             self._write_end = -1
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            log.warning("guardian %d did not finish within %.0fs", self.process.pid, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while self.started is not None and alive(self.pid, self.started):
+            if time.monotonic() > deadline:
+                log.warning("guardian %d did not finish within %.0fs", self.pid, timeout_s)
+                return
+            time.sleep(0.02)
 
     def _send(self, message: dict) -> None:
         line = memoryview(json.dumps(message).encode() + b"\n")
@@ -320,6 +331,16 @@ def guard_path(path: str) -> None:
     g = guardian()
     if g is not None:
         g.guard_path(path)
+
+
+def guard_path_if_killed(path: str) -> None:
+    """`path` is removed when this process ends without running its exit handlers (killed, `os._exit`); at a
+    clean exit it is left to the handler that already removes it (multiprocessing's temp dir), which would
+    otherwise fail on a path the guardian removed first."""
+    guard_path(path)
+    g = guardian()
+    if g is not None:
+        atexit.register(g.forget_path, path)  # after the guardian's own handler, so it runs before it
 
 
 def close_guardian(grace_s: float = TERM_GRACE_S) -> None:

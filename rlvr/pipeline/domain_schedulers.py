@@ -4,9 +4,10 @@ scheduler that dies brought back at its exact data position (docs/faults.md).
 Each `start_batch` returns the scheduler's snapshot from just before the step took anything (data cursor,
 carry-over buffer, prompts taken but not yet handed to the trainer). The driver keeps the snapshots of the steps
 still running, and the uids of every group handed to the trainer since. When a scheduler dies, Ray restarts the
-actor (its constructor runs again, with the domain's data); `recover` restores it from the snapshot of its
-oldest running step minus what the trainer already got, and starts the running steps again for the groups
-they still owe. Nothing is lost and nothing is trained twice; groups that were in flight are generated again.
+actor (its constructor runs again); `recover` attaches it to the domain's data and workers again, restores it
+from the snapshot of its oldest running step minus what the trainer already got, and starts the running steps
+again for the groups they still owe. Nothing is lost and nothing is trained twice; groups that were in flight are
+generated again.
 """
 
 from __future__ import annotations
@@ -63,12 +64,18 @@ class DomainSchedulers:
         options = {"num_cpus": 0, "max_concurrency": 1000, "max_restarts": cfg.faults.max_restarts}
         where = self.planner.scheduler() if self.planner is not None else None
         remote = ray.remote(DynamicSamplingScheduler)
-        # The data go to the object store once, and stay referenced here: a restarted actor gets its constructor
-        # arguments from there again (Ray cannot restart it if they went out of scope).
-        self._data = {d: (ray.put(data[d].train), ray.put(data[d].val)) for d in cfg.domains}
-        return {d: remote.options(**{**options, **(where.for_rank(i) if where else {})}).remote(
-                    d, *self._data[d], infer_workers, reward_workers.get(d, []), cfg, episodes=episodes.get(d))
-                for i, d in enumerate(cfg.domains)}
+        # The data go to the object store once, and stay referenced here: a restarted actor is attached to them
+        # again. They and the worker handles go by `attach`, not the constructor (see there).
+        data_refs = {d: (ray.put(data[d].train), ray.put(data[d].val)) for d in cfg.domains}
+        self._attach_args = {d: (*data_refs[d], infer_workers, reward_workers.get(d, []), episodes.get(d))
+                             for d in cfg.domains}
+        actors = {d: remote.options(**{**options, **(where.for_rank(i) if where else {})}).remote(
+                      d, None, None, [], [], cfg)
+                  for i, d in enumerate(cfg.domains)}
+        refs = {d: a.attach.remote(*self._attach_args[d]) for d, a in actors.items()}
+        for d, ref in refs.items():
+            self.waiter.get(ref, f"scheduler/{d}.attach")
+        return actors
 
     @property
     def domains(self) -> list[str]:
@@ -143,6 +150,7 @@ class DomainSchedulers:
         if point is None:
             raise WorkerFault(f"scheduler/{domain} died before its first step: nothing to restore it from") from err
         since = self.handed[domain][point.handed_at - self._handed_base[domain]:]
+        self.waiter.get(actor.attach.remote(*self._attach_args[domain]), f"scheduler/{domain}.attach")
         given_back = self.waiter.get(actor.restore.remote(point.snapshot, since), f"scheduler/{domain}.restore")
         for step, s in running:
             self.waiter.get(actor.start_batch.remote(s.quota - s.handed, step, s.version),

@@ -138,19 +138,13 @@ class StepRun:
 
 
 class DynamicSamplingScheduler:
-    def __init__(self, domain: str, train_prompts: list[Prompt], val_prompts: list[Prompt], infer_workers: list,
-                 reward_workers: list, cfg: Config, rank: int = 0, episodes=None):
+    def __init__(self, domain: str, train_prompts: list[Prompt] | None, val_prompts: list[Prompt] | None,
+                 infer_workers: list, reward_workers: list, cfg: Config, rank: int = 0, episodes=None):
+        """`train_prompts=None`: the data and the workers come later, by `attach` (how DomainSchedulers starts
+        the Ray actor; see `attach`)."""
         self.domain = domain
-        # An env domain's groups are played by its EpisodeRunner (rlvr/rollout/episode.py) instead of being
-        # generated and then scored: the env's feedback is part of generation, so streaming does not apply.
-        self.episodes = episodes
-        self.train_prompts = train_prompts
-        self.val_prompts = val_prompts[: cfg.validation.max_prompts_per_domain]
-        # as many validation prompts in flight as the workers admit (a router stands for all of them)
-        self.val_in_flight = cfg.generation.max_in_flight_per_worker * max(1, len(infer_workers),
-                                                                           cfg.generation.world_size)
-        self.infer = infer_workers
-        self.rewards = reward_workers
+        self.cfg = cfg
+        self.attached = False
         self.rollout = cfg.rollout
         self.group_size = cfg.rollout.group_size
         f = cfg.rollout.filter
@@ -166,7 +160,6 @@ class DynamicSamplingScheduler:
         self.val_sampling = sampling_from_config(cfg, validation=True)
         self.seed = cfg.run.seed
         self.epoch, self.pos = 0, 0
-        self._order = self._permutation(0)
         self._rr_infer = self._rr_reward = 0
         self.streaming = cfg.overlap.streaming_rewards
         self.buffer: list[Carried] = []
@@ -181,6 +174,27 @@ class DynamicSamplingScheduler:
         self.pending: dict[str, Prompt] = {}
         self._requeue: list[Prompt] = []
         self._skip: set[str] = set()  # prompt uids the trainer already has (handed over since the snapshot)
+        if train_prompts is not None:
+            self.attach(train_prompts, val_prompts or [], infer_workers, reward_workers, episodes)
+
+    def attach(self, train_prompts: list[Prompt], val_prompts: list[Prompt], infer_workers: list,
+               reward_workers: list, episodes=None) -> None:
+        """The domain's data and the workers it sends to. A method, not constructor arguments, for the Ray
+        actor: Ray logs an error on the console for every restartable actor whose constructor gets an object-store
+        reference or an actor handle (both are here), so DomainSchedulers calls this after the actor starts and
+        again after Ray restarts it, before `restore`."""
+        # An env domain's groups are played by its EpisodeRunner (rlvr/rollout/episode.py) instead of being
+        # generated and then scored: the env's feedback is part of generation, so streaming does not apply.
+        self.episodes = episodes
+        self.train_prompts = train_prompts
+        self.val_prompts = val_prompts[: self.cfg.validation.max_prompts_per_domain]
+        # as many validation prompts in flight as the workers admit (a router stands for all of them)
+        self.val_in_flight = self.cfg.generation.max_in_flight_per_worker * max(
+            1, len(infer_workers), self.cfg.generation.world_size)
+        self.infer = infer_workers
+        self.rewards = reward_workers
+        self._order = self._permutation(self.epoch)
+        self.attached = True
 
     # ------------------------------------------------------------------ data cursor
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -213,6 +227,7 @@ class DynamicSamplingScheduler:
         return {"epoch": epoch, "pos": pos, "buffer": pending + list(self.buffer)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_attached()
         self.epoch, self.pos = state["epoch"], state["pos"]
         self._order = self._permutation(self.epoch)
         self.buffer = list(state.get("buffer", []))
@@ -236,8 +251,13 @@ class DynamicSamplingScheduler:
         return {"pid": os.getpid(), "restored": self.restored, "steps": sorted(self.runs)}
 
     def _check_restored(self) -> None:
+        self._check_attached()
         if not self.restored:
             raise SchedulerRestarted(f"{self.domain}: the scheduler was restarted and awaits its state")
+
+    def _check_attached(self) -> None:
+        if not self.attached:
+            raise SchedulerRestarted(f"{self.domain}: the scheduler was restarted and awaits its data and workers")
 
     # ------------------------------------------------------------------ one prompt
     async def _run_group(self, prompt: Prompt, n: int, sampling: SamplingParams, version: int, request_id: str,
@@ -541,6 +561,7 @@ class DynamicSamplingScheduler:
         At most as many prompts are in flight as the inference workers admit (a fixed set of lanes takes them in
         turn, so a validation set of any size costs no more tasks); a prompt whose generation failed is counted
         under val/<domain>/generation_errors, never dropped silently."""
+        self._check_attached()
         todo = iter(enumerate(self.val_prompts))
         done: list[tuple[int, Sample]] = []
         failed = 0
@@ -576,6 +597,7 @@ class DynamicSamplingScheduler:
         return metrics, {"correct": n_correct, "scored": len(scored), "total": len(samples) + failed}, examples
 
     async def reward_worker_metrics(self) -> dict[str, float]:
+        self._check_attached()
         per_worker = await asyncio.gather(*(w.metrics.remote() for w in self.rewards), return_exceptions=True)
         out: dict[str, float] = {}
         for m in per_worker:

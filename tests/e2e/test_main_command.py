@@ -119,6 +119,7 @@ def test_console_is_quiet_and_ends_with_the_summary(main_run):
     unprefixed = [re.sub(r"^\([^()]* pid=\w+\) ", "", l) for l in lines]  # a worker's line: "(Worker pid=N) ..."
     noisy = [l for l in unprefixed if re.search(r"(?i)warn", l) and not OUR_WARNING_LINE.search(l)]
     assert noisy == [], noisy[:10]
+    assert not [l for l in lines if "core_worker.cc" in l], "a line of Ray's C++ log reached the console"
     # the summary table names every domain, and where the report is
     for domain in (*DOMAINS, "all"):
         assert re.search(rf"^{domain} +\d\.\d{{3}} -> \d\.\d{{3}} +\d\.\d{{3}} \(\d\)", text, re.M), domain

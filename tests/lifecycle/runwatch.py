@@ -1,6 +1,7 @@
-"""One `python -m rlvr.start` run watched from outside: every process of its tree and every /dev/shm file those
-processes map, recorded while it runs, so that a test can say exactly what *this* run left behind on a machine
-where other people's runs come and go (never "all vLLM processes", never "all psm_* files").
+"""One `python -m rlvr.start` run watched from outside: every process of its tree, every /dev/shm file those
+processes map and every socket file they bind, recorded while it runs, so that a test can say exactly what *this*
+run left behind on a machine where other people's runs come and go (never "all vLLM processes", never "all psm_*
+files").
 
     watch = RunWatch(config_path, ["run.max_steps=3"], log_path)
     watch.wait_until(lambda: logged_steps(run_dir) >= {0})   # polls the tree while it waits
@@ -29,7 +30,7 @@ POLL_S = 0.2
 @dataclass
 class Leftovers:
     processes: list[str] = field(default_factory=list)  # "pid cmdline" of what is still alive
-    segments: list[str] = field(default_factory=list)  # /dev/shm paths still there
+    segments: list[str] = field(default_factory=list)  # /dev/shm and socket files still there
 
     def __bool__(self) -> bool:
         return bool(self.processes or self.segments)
@@ -64,7 +65,7 @@ class RunWatch:
             # the latest title (vLLM renames its processes once started), unless the process just went
             if known is None or (known[0] == started and command != "?"):
                 self.processes[pid] = (started, command)
-            self.segments |= shm_mappings(pid)
+            self.segments |= shm_mappings(pid) | socket_files(pid)
 
     def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -135,6 +136,23 @@ def wait_gone(processes: dict[int, int], timeout_s: float, also: Callable[[], bo
         if (not left and not also()) or time.monotonic() > deadline:
             return left
         time.sleep(POLL_S)
+
+
+def socket_files(pid: int) -> set[str]:
+    """Paths of the Unix sockets the process has open (vLLM binds its ZeroMQ sockets to files under /tmp), except
+    Ray's, which live in its session directory with its logs, kept on purpose."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+        with open(f"/proc/{pid}/net/unix") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+    except OSError:  # the process went, or is not ours to read
+        return set()
+    return {row[7] for row in rows if len(row) > 7 and row[6] in inodes and row[7].startswith("/")
+            and "/ray/session_" not in row[7]}
 
 
 def _cmdline(pid: int) -> str:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from rlvr.lifecycle.guardian import alive, start_time
+from rlvr.lifecycle.guardian import alive, child_pids, start_time
 from tests.lifecycle.runwatch import wait_gone
 
 OWNER = r"""
@@ -57,3 +57,39 @@ def test_what_the_owner_started_ends_with_it(tmp_path, how):
                 os.kill(pid, signal.SIGKILL)
         if os.path.exists(segment):
             os.unlink(segment)
+
+
+POOL_OWNER = r"""
+import multiprocessing.util, sys, time
+from rlvr.workers.rewards.process_pool import KillableProcessPool
+if __name__ == "__main__":
+    pool = KillableProcessPool(1)
+    print(multiprocessing.util.get_temp_dir(), flush=True)
+    if sys.argv[1] == "exit":
+        pool.close()
+        sys.exit(0)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill", "killed_like_ray"])
+def test_a_process_pool_leaves_no_multiprocessing_temp_dir(tmp_path, how):
+    """The forkserver's socket lives in the owner's multiprocessing temp dir (/tmp/pymp-*), which Python removes
+    only at a clean exit: a killed reward actor left one per run. Either way it goes now, also when the owner's
+    direct children are SIGKILLed with it, as Ray does with an actor's (which took the guardian with them when it
+    was one), and a clean exit prints no error (multiprocessing's own removal and the guardian's do not race)."""
+    script = tmp_path / "owner.py"
+    script.write_text(POOL_OWNER)
+    owner = subprocess.Popen([sys.executable, str(script), how], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    temp_dir = owner.stdout.readline().strip()
+    assert os.path.isdir(temp_dir)
+    if how != "exit":
+        children = child_pids(owner.pid) if how == "killed_like_ray" else []
+        assert how == "sigkill" or children, "the pool's forkserver should be a child of the owner"
+        for pid in [owner.pid, *children]:
+            os.kill(pid, signal.SIGKILL)
+    owner.wait(60)
+    assert wait_gone({}, timeout_s=30, also=lambda: os.path.exists(temp_dir)) == [] and not os.path.exists(temp_dir)
+    if how == "exit":
+        assert owner.returncode == 0 and "Traceback" not in owner.stderr.read()

@@ -1,11 +1,13 @@
 """Nothing left behind: a vLLM run of the CLI, ended normally, by Ctrl-C (SIGINT to its process group, as a
 terminal sends it) or by SIGKILL of the driver after its first step, leaves no process of its tree alive (Ray's
-cluster and workers, vLLM's EngineCore and Worker, reward process pools, wandb, guardians) and none of the
-/dev/shm segments its processes mapped (vLLM's psm_* message queues, the weight-sync files). Only this run's
-own processes and segments are looked at: other runs share the machine.
+cluster and workers, vLLM's EngineCore and Worker, reward process pools, wandb, guardians), none of the
+/dev/shm segments its processes mapped (vLLM's psm_* message queues, the weight-sync files) and none of the
+socket files they bound (vLLM's ZeroMQ sockets). Only this run's own processes and files are looked at: other
+runs share the machine.
 
 Reported before the fix: a driver SIGKILLed after step 2 left VLLM::EngineCore and VLLM::Worker alive holding
-3.4 GB, and every run left a 160 MB and a 240 MB psm_* segment in /dev/shm.
+3.4 GB, and every run left a 160 MB and a 240 MB psm_* segment in /dev/shm; later, every vLLM engine left its
+socket files in /tmp (678 of them on the development machine).
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ def test_a_run_leaves_nothing_behind(tiny_vllm_model_dir, tmp_path, exit_path):
         assert any(c.startswith("VLLM::EngineCore") for c in commands), "the run did not start vLLM's engine"
         assert any("/psm_" in s for s in watch.segments), "vLLM's shared-memory queues were not seen"
         left = watch.leftovers(timeout_s=60)
-        print(f"\n{exit_path}: {len(watch.processes)} processes and {len(watch.segments)} /dev/shm segments seen; "
-              f"left: {len(left.processes)} processes, {len(left.segments)} segments")
+        print(f"\n{exit_path}: {len(watch.processes)} processes and {len(watch.segments)} /dev/shm and socket files "
+              f"seen; left: {len(left.processes)} processes, {len(left.segments)} files")
         assert not left, f"{exit_path}: the run left {left}"
         FIRST_STEPS[exit_path] = trained(run_dir_of(tmp_path / "runs", "life"))[0]
     finally:

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from rlvr.schedulers.dynamic_sampling import SchedulerRestarted
+from rlvr.schedulers.dynamic_sampling import DynamicSamplingScheduler, SchedulerRestarted
 from tests.helpers.fakes import prompt
 from tests.unit.test_scheduler import MIXED, make
 
@@ -32,14 +32,21 @@ async def take(scheduler, step: int, count: int) -> list[str]:
 
 def test_restored_scheduler_hands_over_exactly_what_the_trainer_still_lacks():
     dead, _ = make(data())
-    reborn, _ = make(data())
-    reborn.restored = False  # what Ray's restart looks like from inside the actor
+    twin, _ = make(data())  # the same data and workers
+    # What Ray's restart looks like from inside the actor: the constructor again, without data or workers
+    # (DomainSchedulers attaches them by a call), and restarted
+    reborn = DynamicSamplingScheduler("d", None, None, [], [], twin.cfg)
+    reborn.restored = False
 
     async def scenario():
         snapshot = await dead.start_batch(4, 0, 0)
         handed = await take(dead, 0, 2)  # the fast two reach the trainer; then the actor "dies"
-        with pytest.raises(SchedulerRestarted):
-            await reborn.start_batch(2, 0, 0)  # refuses work before it is restored
+        for refused in (reborn.start_batch(2, 0, 0), reborn.validate(0), reborn.reward_worker_metrics()):
+            with pytest.raises(SchedulerRestarted, match="awaits its data and workers"):
+                await refused  # neither work nor validation before it is attached
+        reborn.attach(twin.train_prompts, twin.val_prompts, twin.infer, twin.rewards)
+        with pytest.raises(SchedulerRestarted, match="awaits its state"):
+            await reborn.start_batch(2, 0, 0)  # nor work before it is restored
         given = reborn.restore(snapshot, handed)
         reborn._order = list(range(10))  # the same data order as the dead one (make() fixes it for the test)
         await reborn.start_batch(4 - len(handed), 0, 0)

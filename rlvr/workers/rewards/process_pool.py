@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -22,6 +23,8 @@ import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
+
+from rlvr.lifecycle.guardian import guard_path_if_killed
 
 
 class RewardTimeoutError(TimeoutError):
@@ -53,6 +56,9 @@ class KillableProcessPool:
         if size < 1:
             raise ValueError(f"pool size must be >= 1, got {size}")
         context = multiprocessing.get_context("forkserver")
+        # The forkserver's socket file lives in this process's multiprocessing temp dir, which Python removes only
+        # at a clean exit; a Ray actor ends by being killed, and then the guardian removes it.
+        guard_path_if_killed(multiprocessing.util.get_temp_dir())
         self._workers = [_Worker(context, initializer) for _ in range(size)]
         self._start_timeout_s = start_timeout_s
         self._idle: asyncio.Queue[_Worker] | None = None
