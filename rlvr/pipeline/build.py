@@ -224,10 +224,7 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
         elif cfg.critic.model_fields_set:
             log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
                         cfg.algorithm.adv_estimator)
-        rewards = {domain: RewardCluster.start(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
-                                               max_concurrency=1000, max_restarts=restarts, waiter=waiter,
-                                               placement=planner.reward(domain))
-                   for domain, reward in rewards_cfg.items()}
+        rewards = start_reward_clusters(cfg, rewards_cfg, planner, waiter)
         clusters = Clusters(actor_train, actor_infer, reference, critic, rewards, planner)
         clusters.weight_sync = WeightSync(cfg, actor_train, actor_infer, waiter or Waiter())
         if len(actor_infer) > 1:
@@ -236,6 +233,15 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
         planner.release()  # the actors in them go too
         raise
     return clusters
+
+
+def start_reward_clusters(cfg: Config, rewards_cfg: dict[str, RewardConfig], planner: Planner,
+                          waiter: Waiter | None) -> dict[str, RewardCluster]:
+    """A reward cluster per domain that has a reward worker: restartable (their requests are sent again)."""
+    return {domain: RewardCluster.start(f"reward/{domain}", RewardActor, reward.world_size, domain, reward,
+                                        max_concurrency=1000, max_restarts=cfg.faults.max_restarts, waiter=waiter,
+                                        placement=planner.reward(domain))
+            for domain, reward in rewards_cfg.items()}
 
 
 def start_router(cfg: Config, planner: Planner, actor_infer: ActorInferCluster):

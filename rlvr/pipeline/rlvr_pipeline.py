@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import pickle
 import time
@@ -26,6 +25,7 @@ from rlvr.pipeline.parts import PipelineParts, build_pipeline
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.rollout_correction_step import correct_actor_batch
+from rlvr.pipeline.validation import append_jsonl, validation_results
 from rlvr.pipeline.schedule import StepSchedule
 from rlvr.schedulers.quotas import allocate_quotas
 from rlvr.telemetry import console
@@ -240,17 +240,8 @@ class RLVRPipeline:
 
     def val(self) -> dict[str, float]:
         start = time.perf_counter()
-        results = self.schedulers.validate(self.step)
-        metrics: dict[str, float] = {}
-        correct = scored = 0
-        rows = [{"step": self.step, **ex} for _, _, examples in results for ex in examples]
-        with open(self.run_dir / "val_samples.jsonl", "a") as f:
-            for m, counts, _ in results:
-                metrics.update(m)
-                correct, scored = correct + counts["correct"], scored + counts["scored"]
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-        if scored:
-            metrics["val_correct/all/mean"] = correct / scored
+        metrics, rows = validation_results(self.schedulers.validate(self.step), self.step)
+        append_jsonl(self.run_dir / "val_samples.jsonl", rows)
         self.last_val = metrics.get("val_correct/all/mean")
         self.trackers.log_val_samples(rows, self.step)
         console.say(console.validation_line(self.step, metrics, time.perf_counter() - start))

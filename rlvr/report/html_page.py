@@ -63,8 +63,8 @@ def best_and_worst(run: RunData, domain: str, n: int = SAMPLES_PER_SIDE) -> tupl
     return step, best, worst
 
 
-def _samples_section(run: RunData) -> str:
-    parts = ["<h2>Validation samples</h2>"]
+def _samples_section(run: RunData, tag: str = "") -> str:
+    parts = [f"<h2>{_e(tag)}Validation samples</h2>"]
     any_rows = False
     for d in run.domains:
         step, best, worst = best_and_worst(run, d)
@@ -100,8 +100,8 @@ def write_index(runs: list[RunData], summaries: list[Summary], images: dict[str,
         caption = PLOTS[name][0]
         parts.append(f'<figure><img src="{_e(path.name)}" alt="{_e(caption)}"><figcaption>{_e(caption)}'
                      "</figcaption></figure>")
-    if len(runs) == 1:
-        parts.append(_samples_section(runs[0]))
+    for i, run in enumerate(runs):  # each run's best and worst answers, in the order of the summaries
+        parts.append(_samples_section(run, f"[{i + 1}] {run.name}: " if len(runs) > 1 else ""))
     parts.append("</body></html>")
     out = out_dir / "index.html"
     out.write_text("\n".join(parts))

@@ -12,6 +12,9 @@ from typing import Any
 import yaml
 
 
+EVALUATED = "evaluated.json"  # what `python -m rlvr.eval` scored in this directory (rlvr/cli/evaluate.py)
+
+
 class RunDirError(ValueError):
     """Not a run directory (nothing to report), with the path in the message."""
 
@@ -24,6 +27,7 @@ class RunData:
     val_samples: list[dict[str, Any]]
     config: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # what was unreadable, for the report to say
+    evaluated: dict[str, Any] | None = None  # evaluated.json of a `python -m rlvr.eval` model: no training
 
     @property
     def domains(self) -> list[str]:
@@ -107,4 +111,10 @@ def load_run(path: str | Path) -> RunData:
             config = yaml.safe_load((path / "config.yaml").read_text()) or {}
         except yaml.YAMLError as err:
             problems.append(f"config.yaml is not valid YAML: {err}")
-    return RunData(path, path.name, records, samples, config, problems)
+    evaluated = None
+    if (path / EVALUATED).exists():
+        try:
+            evaluated = json.loads((path / EVALUATED).read_text())
+        except json.JSONDecodeError as err:
+            problems.append(f"{EVALUATED} is not valid JSON: {err}")
+    return RunData(path, path.name, records, samples, config, problems, evaluated)

@@ -65,7 +65,9 @@ def summarize(run: RunData) -> Summary:
         if value is not None:
             tokens[label] = value
     last, total = run.last_step, run.max_steps
-    if last is None:
+    if run.evaluated is not None:
+        progress = f"validation only, of {run.evaluated.get('model')}"
+    elif last is None:
         progress = f"no training step logged (of {total})" if total else "no training step logged"
     elif run.finished:
         progress = f"{last + 1}/{total} steps"

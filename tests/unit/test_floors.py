@@ -19,7 +19,7 @@ FLOORS = {
     "envs": 4, "rollout": 4, "schedulers": 4,
     "pipeline": 5, "telemetry": 5, "report": 5,
     "cli": 6, "sim": 6,
-    "start": 7, "export": 7,  # rlvr/start.py, rlvr/export.py: `python -m rlvr.start`, `python -m rlvr.export`
+    "start": 7, "export": 7, "eval": 7,  # rlvr/start.py, export.py, eval.py: the users' commands
 }
 
 

@@ -1,0 +1,73 @@
+"""`python -m rlvr.eval`, as a user runs it after training: a run's checkpoint scored with the run's config
+answers the validation prompts exactly as the run's own last validation did (greedy, the HF engine in fp32, the
+same schedulers and reward workers), the base model beside it in one command, and each model's best and worst
+answers in one report; mistakes are one-line errors before anything starts."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.lifecycle.cli_runs import records, run_cli, run_dir_of, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def val_rows(path: Path, step: int) -> dict[str, str]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {r["prompt"]: r["response"] for r in rows if r["step"] == step}
+
+
+def rlvr_eval(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlvr.eval", *args], capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def test_a_checkpoint_scores_as_its_run_did_beside_the_base_model(tiny_model_dir, tmp_path):
+    config = write_config(tmp_path, tiny_model_dir, "trained",
+                          run={"max_steps": 1, "eval_every": 1, "save_every": 1})
+    code, watch = run_cli(tmp_path, config)
+    assert code == 0, watch.log_tail()
+    run = run_dir_of(tmp_path / "runs", "trained")
+    final = [r for r in records(run) if r["step"] == 1 and "val_correct/all/mean" in r][-1]
+
+    proc = rlvr_eval("--config", str(config), "--model", str(run), "--model", tiny_model_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out_dir = Path(re.search(r"^eval directory: (.+)$", proc.stdout, re.M).group(1))
+    trained_dir, base_dir = out_dir / f"{run.name}-step1", out_dir / Path(tiny_model_dir).name
+    # the trained model's answers are the run's last validation's, prompt by prompt
+    assert val_rows(trained_dir / "val_samples.jsonl", 0) == val_rows(run / "val_samples.jsonl", 1)
+    scored = json.loads((trained_dir / "metrics.jsonl").read_text())
+    assert scored["val_correct/all/mean"] == final["val_correct/all/mean"]
+    # the base model's, as the run's validation before training
+    assert val_rows(base_dir / "val_samples.jsonl", 0) == val_rows(run / "val_samples.jsonl", 0)
+    # the side-by-side table: a column per model, a row per domain and `all`
+    table = proc.stdout[proc.stdout.index("val_correct "):].splitlines()
+    assert table[0].split() == ["val_correct", trained_dir.name, base_dir.name]
+    assert [line.split()[0] for line in table[1:4]] == ["arithmetic", "word_problems", "all"]
+    assert float(table[3].split()[1]) == pytest.approx(final["val_correct/all/mean"], abs=5e-4)
+    page = (out_dir / "report" / "index.html").read_text()
+    assert page.count("Validation samples") == 2 and page.count("validation only, of") == 2
+    assert json.loads((trained_dir / "evaluated.json").read_text())["model"] == str(run)
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("{tmp}/nowhere", "model.path"),
+    ("{run}:7", "no checkpoint of step 7"),
+    ("{tmp}/plain:3", "is not a run directory"),
+])
+def test_mistakes_stop_before_anything_starts(tiny_model_dir, tmp_path, model, expected):
+    config = write_config(tmp_path, tiny_model_dir, "e")
+    run = tmp_path / "runs" / "done-20261126-000000-000"
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_000002" / "driver.json").write_text("{}")
+    (tmp_path / "plain").mkdir()
+    proc = rlvr_eval("--config", str(config), "--model", model.format(tmp=tmp_path, run=run), timeout_s=120)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and expected in err[0], proc.stderr[-2000:]
+    assert not list((tmp_path / "runs").glob("eval-*")), "nothing may be created before the checks pass"
