@@ -18,12 +18,12 @@ import re
 import shutil
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
 from rlvr.cli.export import ExportError, checkpoint_of, export
+from rlvr.cli.start import config_error
 from rlvr.config.base import ConfigError
-from rlvr.config.load import key_origin, load_config, overrides_by_key
+from rlvr.config.load import load_config
 from rlvr.config.root import Config
 
 
@@ -92,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _evaluate_all(args, scratch)
     except ConfigError as err:
-        if args.verbose:
-            traceback.print_exc()
-        where = f"{key_origin(err.key, args.config, overrides_by_key(args.overrides))}: " if err.key else ""
-        print(f"error: {where}{err}", file=sys.stderr)
-        return 2
+        return config_error(err, args)
     except ExportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -46,11 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(dry_run(cfg, checked))
             return 0
     except ConfigError as err:
-        if args.verbose:
-            traceback.print_exc()
-        where = f"{key_origin(err.key, args.config, overrides_by_key(args.overrides))}: " if err.key else ""
-        print(f"error: {where}{err}", file=sys.stderr)
-        return 2
+        return config_error(err, args)
     from rlvr.pipeline.parts import build_pipeline
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline  # heavy imports only once the config is valid
     from rlvr.report.finish import finish_run
@@ -73,6 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     print(f"run directory: {run_dir}")
     return 0
+
+
+def config_error(err: ConfigError, args: argparse.Namespace) -> int:
+    """The one line a config mistake gets (the traceback too with --verbose), naming the key and the file or
+    override that set it; the exit code 2."""
+    if args.verbose:
+        traceback.print_exc()
+    where = f"{key_origin(err.key, args.config, overrides_by_key(args.overrides))}: " if err.key else ""
+    print(f"error: {where}{err}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ import ray
 from rlvr.config.load import save_resolved
 from rlvr.config.root import Config
 from rlvr.lifecycle.teardown import CLOSE_TIMEOUT_S, end_all
-from rlvr.pipeline.build import (build_episode_runners, start_local_judge, start_ray, start_reward_clusters,
-                                 start_router)
+from rlvr.pipeline.build import build_episode_runners, start_local_judge, start_ray, start_reward_clusters, start_router
 from rlvr.pipeline.domain_schedulers import DomainSchedulers
 from rlvr.pipeline.faults import FaultLog
 from rlvr.pipeline.local_servers import start_local_sandbox
