@@ -26,6 +26,7 @@ from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.rollout_correction_step import correct_actor_batch
 from rlvr.pipeline.validation import append_jsonl, validation_results
+from rlvr.report.summary import human_bytes, size_bytes
 from rlvr.pipeline.schedule import StepSchedule
 from rlvr.schedulers.quotas import allocate_quotas
 from rlvr.telemetry import console
@@ -263,8 +264,10 @@ class RLVRPipeline:
         credit = ahead.credit_before if ahead is not None else self.quota_credit
         state = {"step": self.step, "quota_credit": credit, "tracker_run_id": self.trackers.run_id,
                  "schedulers": schedulers, "advantages": self.advantages.state_dict()}
-        return checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints,
-                                 records=tuple(self.run_dir / name for name in RECORD_FILES))
+        final = checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints,
+                                  records=tuple(self.run_dir / name for name in RECORD_FILES))
+        console.say(f"checkpoint @ step {self.step}: {human_bytes(size_bytes(final))} ({final})")
+        return final
 
     def _restore(self, ckpt: Path) -> str:
         state = checkpoint.load_driver_state(ckpt)

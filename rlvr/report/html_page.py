@@ -9,7 +9,7 @@ from typing import Any
 
 from rlvr.report.plots import PLOTS
 from rlvr.report.run_data import RunData
-from rlvr.report.summary import Summary, table_rows
+from rlvr.report.summary import Summary, checkpoints_line, table_rows
 
 SAMPLES_PER_SIDE = 3
 _CSS = """
@@ -40,6 +40,8 @@ def summary_table(summary: Summary) -> str:
     if summary.tokens_per_s:
         parts.append("<p>Tokens/s: " + " | ".join(f"{_e(k)} {v:.1f}" for k, v in summary.tokens_per_s.items())
                      + "</p>")
+    if line := checkpoints_line(summary):
+        parts.append(f"<p>{_e(line[0].upper() + line[1:])}</p>")
     parts += [f'<p class="note">{_e(p)}</p>' for p in summary.problems]
     return "\n".join(parts)
 

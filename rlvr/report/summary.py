@@ -5,6 +5,7 @@ same table."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlvr.report.run_data import RunData
 
@@ -37,6 +38,7 @@ class Summary:
     phases: dict[str, float]  # mean seconds per step of each phase (val: per validation)
     tokens_per_s: dict[str, float]  # generation, training
     problems: list[str]
+    checkpoints: list[tuple[str, int]] = field(default_factory=list)  # (directory name, bytes) of each kept one
 
 
 def _mean(values: list[float]) -> float | None:
@@ -73,7 +75,36 @@ def summarize(run: RunData) -> Summary:
         progress = f"{last + 1}/{total} steps"
     else:
         progress = f"stopped after step {last + 1} of {total or '?'} (crashed or interrupted)"
-    return Summary(run.name, progress, run.finished, rows, phases, tokens, list(run.problems))
+    return Summary(run.name, progress, run.finished, rows, phases, tokens, list(run.problems),
+                   checkpoint_sizes(run.path))
+
+
+def size_bytes(path: Path) -> int:
+    """What a directory takes on disk (its files' sizes)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def checkpoint_sizes(run_dir: Path) -> list[tuple[str, int]]:
+    """(name, bytes on disk) of each checkpoint the run kept, oldest first."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+    return [(p.name, size_bytes(p)) for p in found]
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def checkpoints_line(summary: Summary) -> str | None:
+    if not summary.checkpoints:
+        return None
+    return "checkpoints: " + " | ".join(f"{name} {human_bytes(size)}" for name, size in summary.checkpoints)
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -104,5 +135,7 @@ def format_text(summary: Summary) -> str:
         out.append("time per step, mean s: " + " | ".join(f"{k} {v:.1f}" for k, v in summary.phases.items()))
     if summary.tokens_per_s:
         out.append("tokens/s: " + " | ".join(f"{k} {v:.1f}" for k, v in summary.tokens_per_s.items()))
+    if line_ := checkpoints_line(summary):
+        out.append(line_)
     out += [f"note: {p}" for p in summary.problems]
     return "\n".join(out)

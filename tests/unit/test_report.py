@@ -47,6 +47,21 @@ def test_text_table_names_every_domain_with_first_last_best(tmp_path):
     assert "tokens/s: generation 200.0 | training 50.0" in text
 
 
+def test_each_kept_checkpoint_is_listed_with_its_size(tmp_path):
+    run = write_run(tmp_path / "run")
+    assert "checkpoints:" not in format_text(summarize(load_run(run)))  # a run that saved none says nothing
+    for step, size in ((2, 2_500_000), (4, 1_250_000_000)):
+        parts = run / "checkpoints" / f"step_{step:06d}" / "actor_train"
+        parts.mkdir(parents=True)
+        with open(parts / "model.safetensors", "wb") as f:
+            f.truncate(size - 100)  # sparse: the size is what counts
+        (parts.parent / "driver.json").write_text("x" * 100)
+    (run / "checkpoints" / ".tmp_step_000006").mkdir()  # an interrupted save is not a checkpoint
+    text = format_text(summarize(load_run(run)))
+    assert "checkpoints: step_000002 2.5 MB | step_000004 1.2 GB" in text.splitlines()
+    assert "Checkpoints: step_000002 2.5 MB | step_000004 1.2 GB" in build_report(run).index.read_text()
+
+
 def test_report_writes_every_plot_and_an_index(tmp_path):
     report = build_report(write_run(tmp_path / "run"))
     assert report.out_dir == tmp_path / "run" / "report"
