@@ -113,18 +113,27 @@ class TorchStrategy(TrainStrategy):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         self.spec.export(self.named_parameters_for_sync(torch.float32), self.model.config, path / "model")
-        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                    "rng": rng_states()}, path / "train_state.pt")
+        # The optimizer in a file of its own: a checkpoint that is no longer the newest may lose it
+        # (run.keep_optimizer=last) and keep the rest
+        torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+        torch.save({"scheduler": self.scheduler.state_dict(), "rng": rng_states()}, path / "train_state.pt")
 
     def load(self, directory: str) -> None:
         path = Path(directory)
+        state = torch.load(path / "train_state.pt", weights_only=False)
+        if (path / "optimizer.pt").exists():
+            optimizer = torch.load(path / "optimizer.pt", weights_only=False)
+        elif "optimizer" in state:  # a checkpoint written before the optimizer had a file of its own
+            optimizer = state["optimizer"]
+        else:
+            raise FileNotFoundError(f"{path}: no optimizer.pt, the optimizer state to resume from (dropped by "
+                                    "run.keep_optimizer=last?)")
         state_dict = self.spec.load(str(path / "model")).state_dict()
         with torch.no_grad():
             for name, master in self.masters.items():
                 master.copy_(state_dict[name])
         self.model.load_state_dict(state_dict)  # cast to the module's dtype
-        state = torch.load(path / "train_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"])
 

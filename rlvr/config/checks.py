@@ -39,6 +39,8 @@ CHECKS: list[tuple[str, str, str]] = [
     ("sandbox kind", "domains.<d>.reward.args.sandbox", "the code reward's sandbox is `local` or `http`"),
     ("resume path that is no checkpoint", "run.resume", "a path given is a checkpoint directory (driver.json)"),
     ("resume latest with nothing to resume", "run.resume", "`latest` finds a checkpoint of this run name"),
+    ("resume from a checkpoint without its optimizer state", "run.resume", "the checkpoint still holds its "
+     "optimizer state (`run.keep_optimizer: last` keeps it only in the newest)"),
     ("resume latest does not take another run's checkpoint", "run.resume", "`latest` matches the run name "
      "exactly (`math` never resumes `math-v2`)"),
 ]

@@ -38,6 +38,8 @@ MEANINGS: dict[str, str] = {
     "run.seed": "seed of every random choice (data order, sampling, initialisation): same config + seed = same run",
     "run.max_steps": "training steps (one rollout and one policy update each)",
     "run.keep_checkpoints": "newest checkpoints kept; older ones are deleted",
+    "run.keep_optimizer": "all: every kept checkpoint can be resumed from; last: only the newest keeps the "
+                          "optimizer state (older ones keep their weights for export and eval)",
     "run.progress_bar": "show the progress bar on the console",
     "trackers.jsonl": "write `metrics.jsonl` in the run directory",
     "trackers.tensorboard": "write TensorBoard events to `tensorboard/` in the run directory",

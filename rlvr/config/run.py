@@ -17,6 +17,9 @@ class RunConfig(Strict):
     eval_every: int = Field(5, ge=0)  # 0: no validation; otherwise at step 0, every k steps and at the end
     save_every: int = Field(0, ge=0)  # 0: no checkpoints
     keep_checkpoints: int = Field(2, ge=1)
+    # last: the optimizer state (2/3 of a full checkpoint with Adam) stays only in the newest checkpoint, the one
+    # `resume: latest` continues from; older ones keep their weights (export, eval) but cannot be resumed from
+    keep_optimizer: Literal["all", "last"] = "all"
     resume: str | None = None  # "latest" or a checkpoint directory
     progress_bar: bool = True
 

@@ -45,9 +45,10 @@ def begin(run_dir: Path, step: int) -> Path:
 
 
 def commit(run_dir: Path, tmp: Path, step: int, driver_state: dict[str, Any], keep: int,
-           records: tuple[Path, ...] = ()) -> Path:
+           records: tuple[Path, ...] = (), keep_optimizer: str = "all") -> Path:
     """Makes `tmp` the checkpoint of `step`. `records` (metrics.jsonl, ...) are fsynced first: the checkpoint
-    vouches for every record of the steps before it."""
+    vouches for every record of the steps before it. `keep_optimizer="last"`: once it is committed, the older
+    checkpoints lose their optimizer state (see `drop_optimizer_state`)."""
     write_durably(tmp / "driver.json", json.dumps(driver_state, indent=1))
     shutil.copy(run_dir / "config.yaml", tmp / "config.yaml")
     fsync_tree(tmp)
@@ -62,7 +63,40 @@ def commit(run_dir: Path, tmp: Path, step: int, driver_state: dict[str, Any], ke
     fsync_path(final.parent)
     for old in list_checkpoints(run_dir)[:-keep]:
         _discard(old)
+    if keep_optimizer == "last":
+        for older in list_checkpoints(run_dir)[:-1]:
+            drop_optimizer_state(older)
     return final
+
+
+# The optimizer's files in a checkpoint, as the training strategies write them (rlvr/backends): the torch
+# strategy's optimizer.pt, DeepSpeed's ZeRO partitions (fp32 masters + Adam moments, one file per rank).
+OPTIMIZER_FILES = ("*/optimizer.pt", "*/deepspeed/*/*optim_states.pt")
+NO_OPTIMIZER = "NO_OPTIMIZER_STATE"  # the marker a checkpoint without its optimizer state carries
+
+
+def drop_optimizer_state(ckpt: Path) -> int:
+    """Removes the optimizer state of a checkpoint that is no longer the newest (run.keep_optimizer=last): its
+    weights stay (export, eval), resuming from it is refused by the strategies. Returns the bytes freed. The
+    marker goes first: a kill in between leaves a checkpoint that says why it cannot be resumed from."""
+    files = [f for pattern in OPTIMIZER_FILES for f in ckpt.glob(pattern)]
+    if not files:
+        return 0
+    write_durably(ckpt / NO_OPTIMIZER, "run.keep_optimizer=last: the optimizer state is kept only in the run's "
+                                       "newest checkpoint\n")
+    freed = 0
+    for f in files:
+        freed += f.stat().st_size
+        f.unlink()
+    return freed
+
+
+def check_optimizer_state(directory: Path) -> None:
+    """Raises when the checkpoint holding `directory` (actor_train/, critic/) had its optimizer state dropped."""
+    if (Path(directory).parent / NO_OPTIMIZER).exists():
+        raise FileNotFoundError(f"{Path(directory).parent}: no optimizer state to resume from (run.keep_optimizer="
+                                "last keeps it only in the newest checkpoint): resume from the run's newest "
+                                "checkpoint, or export this one (python -m rlvr.export)")
 
 
 def _discard(path: Path) -> None:

@@ -52,6 +52,7 @@ def preflight(cfg: Config) -> Checked:
     if cfg.run.resume:
         try:
             resume_from = checkpoint.find_resume_point(Path(cfg.run.output_dir), cfg.run.name, cfg.run.resume)
+            checkpoint.check_optimizer_state(resume_from / "actor_train")
         except FileNotFoundError as err:
             raise ConfigError(str(err).removeprefix(f"run.resume={cfg.run.resume}: "), key="run.resume") from None
     model_path = model_dir("model.path", cfg.model.path, cfg.model.cache_dir)

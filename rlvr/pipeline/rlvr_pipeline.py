@@ -265,7 +265,8 @@ class RLVRPipeline:
         state = {"step": self.step, "quota_credit": credit, "tracker_run_id": self.trackers.run_id,
                  "schedulers": schedulers, "advantages": self.advantages.state_dict()}
         final = checkpoint.commit(self.run_dir, tmp, self.step, state, self.cfg.run.keep_checkpoints,
-                                  records=tuple(self.run_dir / name for name in RECORD_FILES))
+                                  records=tuple(self.run_dir / name for name in RECORD_FILES),
+                                  keep_optimizer=self.cfg.run.keep_optimizer)
         console.say(f"checkpoint @ step {self.step}: {human_bytes(size_bytes(final))} ({final})")
         return final
 

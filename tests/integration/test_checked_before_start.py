@@ -15,6 +15,7 @@ import yaml
 
 from rlvr.cli.start import main
 from rlvr.config.checks import CHECKS
+from rlvr.pipeline import checkpoint
 from rlvr.telemetry import console
 from tests.conftest import REPO
 
@@ -31,6 +32,10 @@ def bad_files(tmp_path: Path) -> Path:
     (tmp_path / "runs" / "math-v2-20260101-000000-000" / "checkpoints" / "step_000002").mkdir(parents=True)
     (tmp_path / "runs" / "math-v2-20260101-000000-000" / "checkpoints" / "step_000002" / "driver.json").write_text(
         json.dumps({"step": 2}))
+    older = tmp_path / "runs" / "math-v2-20260101-000000-000" / "checkpoints" / "step_000001"
+    older.mkdir()
+    (older / "driver.json").write_text(json.dumps({"step": 1}))
+    (older / checkpoint.NO_OPTIMIZER).write_text("")  # as run.keep_optimizer=last leaves an older checkpoint
     return tmp_path
 
 
@@ -80,6 +85,9 @@ CASES = [
      "'local' or 'http'"),
     ("judge server model", MIX, ["judge_server.model={tmp}/nojudge"], "judge_server.model", "does not exist"),
     ("resume path that is no checkpoint", MATH, ["run.resume={tmp}"], "run.resume", "no driver.json"),
+    ("resume from a checkpoint without its optimizer state", MATH,
+     ["run.resume={tmp}/runs/math-v2-20260101-000000-000/checkpoints/step_000001"], "run.resume",
+     "no optimizer state to resume from"),
     ("resume latest with nothing to resume", MATH, ["run.resume=latest", "run.output_dir={tmp}/runs"],
      "run.resume", "no checkpoint under"),
     ("resume latest does not take another run's checkpoint", MATH,

@@ -71,3 +71,35 @@ def test_resume_latest_matches_the_run_name_exactly(tmp_path):
     assert checkpoint.find_resume_point(tmp_path, "math-v2", "latest").name == "step_000006"
     with pytest.raises(FileNotFoundError, match="no checkpoint under"):
         checkpoint.find_resume_point(tmp_path, "mat", "latest")
+
+
+def save_with_optimizer(run_dir, step, keep_optimizer):
+    tmp = checkpoint.begin(run_dir, step)
+    for part in ("actor_train", "critic"):
+        (tmp / part / "model").mkdir(parents=True)
+        (tmp / part / "model" / "model.safetensors").write_bytes(b"w" * 100)
+        (tmp / part / "optimizer.pt").write_bytes(b"o" * 200)  # the torch strategy's
+        (tmp / part / "deepspeed" / "ckpt").mkdir(parents=True)  # DeepSpeed's, one file per rank
+        (tmp / part / "deepspeed" / "ckpt" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"o" * 300)
+        (tmp / part / "deepspeed" / "ckpt" / "mp_rank_00_model_states.pt").write_bytes(b"m" * 10)
+    return checkpoint.commit(run_dir, tmp, step, {"step": step}, keep=3, keep_optimizer=keep_optimizer)
+
+
+@pytest.mark.parametrize("keep_optimizer", ["all", "last"])
+def test_keep_optimizer_last_leaves_it_only_in_the_newest_checkpoint(tmp_path, keep_optimizer):
+    (tmp_path / "config.yaml").write_text("run: {}\n")
+    for step in (1, 2, 3):
+        save_with_optimizer(tmp_path, step, keep_optimizer)
+    sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*.pt") if "optim" in f.name)
+             for p in checkpoint.list_checkpoints(tmp_path)}
+    if keep_optimizer == "all":
+        assert sizes == {"step_000001": 1000, "step_000002": 1000, "step_000003": 1000}
+        return
+    assert sizes == {"step_000001": 0, "step_000002": 0, "step_000003": 1000}
+    for step in (1, 2):
+        older = checkpoint.step_dir(tmp_path, step)
+        assert (older / "actor_train" / "model" / "model.safetensors").exists()  # the weights stay
+        assert (older / "actor_train" / "deepspeed" / "ckpt" / "mp_rank_00_model_states.pt").exists()
+        with pytest.raises(FileNotFoundError, match="no optimizer state to resume from"):
+            checkpoint.check_optimizer_state(older / "actor_train")
+    checkpoint.check_optimizer_state(checkpoint.step_dir(tmp_path, 3) / "actor_train")  # the newest resumes
