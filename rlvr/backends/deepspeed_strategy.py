@@ -22,7 +22,7 @@ Device-agnostic: NCCL on CUDA, gloo on CPU (DS_ACCELERATOR=cpu is set when no CU
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -173,7 +173,8 @@ class DeepSpeedStrategy(TrainStrategy):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         if self.trainable:
-            self.engine.save_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG, save_latest=True)
+            with self._module_weights_left_out():
+                self.engine.save_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG, save_latest=True)
         torch.save({"scheduler": self.scheduler.state_dict() if self.scheduler else None, "rng": rng_states(),
                     "world_size": self.world_size, "zero_stage": self.zero_stage},
                    path / f"train_state_rank{self.rank}.pt")
@@ -181,6 +182,33 @@ class DeepSpeedStrategy(TrainStrategy):
         if self.rank == 0:
             self.spec.export(weights, self.model_config, path / "model")
         rdist.barrier()
+
+    @contextmanager
+    def _module_weights_left_out(self):
+        """DeepSpeed's model-states file holds the module's weights, which the checkpoint has twice already (the
+        fp32 masters in the ZeRO partitions, and model/): ZeRO-2 saves it without them (538 MB less for the
+        default model in fp32), and `load` takes them from model/. ZeRO-3's module holds only partition
+        placeholders: left as it is."""
+        if self.zero_stage == 3:
+            yield
+            return
+        self.engine.module_state_dict = lambda *args, **kwargs: {}  # read by save_checkpoint for the file
+        try:
+            yield
+        finally:
+            del self.engine.module_state_dict  # the method again
+
+    def _module_from_export(self, model_dir: Path):
+        """The module's weights for a ZeRO-2 load: the checkpoint's plain export of the fp32 masters, cast to the
+        module's dtype as DeepSpeed casts the masters after a step (ZeRO-2 copies only the masters back)."""
+        if self.zero_stage == 3:
+            return None
+
+        def load(src, dst) -> None:
+            state = self.spec.load(str(model_dir)).state_dict()
+            with torch.no_grad():
+                dst.load_state_dict(state)
+        return load
 
     def load(self, directory: str) -> None:
         """Collective; the checkpoint must come from the same world size and ZeRO stage."""
@@ -193,8 +221,12 @@ class DeepSpeedStrategy(TrainStrategy):
             raise ValueError(f"{directory}: saved with world_size={state['world_size']}, zero_stage="
                              f"{state['zero_stage']}; this strategy has {self.world_size}, {self.zero_stage}")
         if self.trainable:
+            if not list((path / "deepspeed").glob(f"{CKPT_TAG}/*optim_states.pt")):
+                raise FileNotFoundError(f"{path}: no DeepSpeed optimizer state to resume from (dropped by "
+                                        "run.keep_optimizer=last?)")
             load_path, _ = self.engine.load_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG,
-                                                       load_optimizer_states=True, load_lr_scheduler_states=False)
+                                                       load_optimizer_states=True, load_lr_scheduler_states=False,
+                                                       custom_load_fn=self._module_from_export(path / "model"))
             if load_path is None:
                 raise FileNotFoundError(f"{path / 'deepspeed'}: no DeepSpeed checkpoint tagged {CKPT_TAG!r}")
             self.scheduler.load_state_dict(state["scheduler"])
