@@ -44,6 +44,7 @@ class JudgeServerHandle:
         self._owns_log_dir = owns_log_dir
         self._cmd, self._timeout_s, self._env = list(cmd), timeout_s, env
         self._stopped = False
+        self._sockets: str | None = None  # the vLLM server's socket files (see _start)
         atexit.register(self.stop)
 
     @property
@@ -75,6 +76,8 @@ class JudgeServerHandle:
         env = dict(os.environ if self._env is None else self._env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if self.backend == "vllm":  # vLLM leaves its ZeroMQ socket files behind: in a directory we remove
+            env["VLLM_RPC_BASE_PATH"] = self._socket_dir()
         logger.info("starting the %s judge server: %s (logs in %s)", self.backend, " ".join(cmd), self.log_dir)
         with open(self.log_dir / "stdout.log", "wb") as out, open(self.log_dir / "stderr.log", "ab") as err:
             self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
@@ -117,6 +120,12 @@ class JudgeServerHandle:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def _socket_dir(self) -> str:
+        if self._sockets is None:
+            self._sockets = tempfile.mkdtemp(prefix="rlvr-judge-sockets-")
+            guard_path(self._sockets)
+        return self._sockets
+
     def stderr_tail(self, lines: int = _TAIL_LINES) -> str:
         return _tail(self.log_dir / "stderr.log", lines)
 
@@ -130,6 +139,8 @@ class JudgeServerHandle:
             _stop_group(self.process, timeout_s)
         if self._owns_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
+        if self._sockets is not None:
+            shutil.rmtree(self._sockets, ignore_errors=True)
 
     def __enter__(self) -> "JudgeServerHandle":
         return self

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import urllib.request
+from pathlib import Path
 
 import openai
 import pytest
@@ -55,7 +56,10 @@ def test_judge_worker_against_the_vllm_server(judge):
 
 def test_stop_ends_the_server(judge):
     port = judge.port
+    sockets = Path(judge._sockets)
+    assert list(sockets.iterdir()), "vLLM's socket files should be in the server's own directory"
     judge.stop()
     assert not judge.alive()
+    assert not sockets.exists()  # vLLM never removes them itself (they piled up in /tmp)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
