@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    size = sum(f.stat().st_size for f in out.iterdir()) / 1e6
-    print(f"exported {checkpoint} -> {out} ({size:.0f} MB)")
+    from rlvr.report.summary import human_bytes, size_bytes
+
+    print(f"exported {checkpoint} -> {out} ({human_bytes(size_bytes(out))})")
     return 0
