@@ -58,7 +58,7 @@ class DeepSpeedStrategy(TrainStrategy):
         else:
             self.precision = "bf16" if bf16_weights else "autocast"
         self.ds_config = self._ds_config()
-        model = spec.load(model_path)
+        model = self._load_model(model_path)
         self.model_config = model.config
         model.config.use_cache = False
         self.optimizer = self.scheduler = None
@@ -67,7 +67,7 @@ class DeepSpeedStrategy(TrainStrategy):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             # A torch AdamW (the same update as TorchStrategy's, on any device); ZeRO wraps it and hands it the
             # fp32 partitions of the parameters.
-            self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
+            self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas,
                                                weight_decay=cfg.weight_decay)
             self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.optimizer,
                                                         config=self.ds_config)
@@ -111,6 +111,9 @@ class DeepSpeedStrategy(TrainStrategy):
             ds["torch_autocast"] = {"enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": []}
         return ds
 
+    def _policy_module(self) -> torch.nn.Module:
+        return self.module
+
     # ------------------------------------------------------------------ TrainStrategy hooks
     def _set_train_mode(self, train: bool) -> None:
         self.module.train(train)
@@ -144,12 +147,20 @@ class DeepSpeedStrategy(TrainStrategy):
         Asked for the module's own dtype (bf16 weights -> bfloat16, fp32 weights -> any) the module's tensors
         are exact (DeepSpeed rounds the fp32 masters into them after each step); asked for float32 while the
         module holds bf16, the fp32 master weights are assembled from the optimizer's partitions."""
+        if self.lora is None:
+            return self._named(dtype)
+        merged = self._full_weights(self._named(torch.float32))  # in fp32, from the adapters' masters
+        return {k: v.to(dtype) for k, v in merged.items()}
+
+    def _named(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """Full tensors by name on rank 0 ({} elsewhere), in `dtype`: the fp32 masters where the module holds
+        their bf16 rounding and `dtype` is not bf16 (frozen LoRA base weights have no masters). Collective."""
         from deepspeed.utils import safe_get_full_fp32_param
 
         use_masters = self.trainable and self.precision == "bf16" and dtype != torch.bfloat16
         out: dict[str, torch.Tensor] = {}
         for name, p in self.module.named_parameters():
-            if use_masters:
+            if use_masters and p.requires_grad:
                 full = safe_get_full_fp32_param(p)
             elif self.zero_stage == 3:
                 full = self._gathered(p)
@@ -169,7 +180,8 @@ class DeepSpeedStrategy(TrainStrategy):
     def save(self, directory: str) -> None:
         """Collective. <dir>/deepspeed: DeepSpeed's checkpoint (module, ZeRO partitions of the fp32 masters and
         optimizer states, one file per rank); <dir>/train_state_rank<r>.pt: LR schedule and RNG states;
-        <dir>/model: a plain HF model (config + safetensors, fp32 masters) written by rank 0."""
+        <dir>/model: a plain HF model (config + safetensors, fp32 masters) written by rank 0, or under LoRA
+        <dir>/adapter: the adapters only (rlvr/backends/lora.py)."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         if self.trainable:
@@ -178,9 +190,9 @@ class DeepSpeedStrategy(TrainStrategy):
         torch.save({"scheduler": self.scheduler.state_dict() if self.scheduler else None, "rng": rng_states(),
                     "world_size": self.world_size, "zero_stage": self.zero_stage},
                    path / f"train_state_rank{self.rank}.pt")
-        weights = self.named_parameters_for_sync(torch.float32)
+        weights = self._named(torch.float32)
         if self.rank == 0:
-            self.spec.export(weights, self.model_config, path / "model")
+            self._write_weights(weights, self.model_config, path)
         rdist.barrier()
 
     @contextmanager
@@ -198,16 +210,17 @@ class DeepSpeedStrategy(TrainStrategy):
         finally:
             del self.engine.module_state_dict  # the method again
 
-    def _module_from_export(self, model_dir: Path):
-        """The module's weights for a ZeRO-2 load: the checkpoint's plain export of the fp32 masters, cast to the
-        module's dtype as DeepSpeed casts the masters after a step (ZeRO-2 copies only the masters back)."""
+    def _module_from_export(self, checkpoint: Path):
+        """The module's weights for a ZeRO-2 load: the checkpoint's plain export of the fp32 masters (under LoRA:
+        its adapters; the frozen base is as loaded), cast to the module's dtype as DeepSpeed casts the masters
+        after a step (ZeRO-2 copies only the masters back)."""
         if self.zero_stage == 3:
             return None
 
         def load(src, dst) -> None:
-            state = self.spec.load(str(model_dir)).state_dict()
+            state = self._read_weights(checkpoint)
             with torch.no_grad():
-                dst.load_state_dict(state)
+                dst.load_state_dict(state, strict=self.lora is None)
         return load
 
     def load(self, directory: str) -> None:
@@ -226,7 +239,7 @@ class DeepSpeedStrategy(TrainStrategy):
                                         "run.keep_optimizer=last?)")
             load_path, _ = self.engine.load_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG,
                                                        load_optimizer_states=True, load_lr_scheduler_states=False,
-                                                       custom_load_fn=self._module_from_export(path / "model"))
+                                                       custom_load_fn=self._module_from_export(path))
             if load_path is None:
                 raise FileNotFoundError(f"{path / 'deepspeed'}: no DeepSpeed checkpoint tagged {CKPT_TAG!r}")
             self.scheduler.load_state_dict(state["scheduler"])

@@ -39,23 +39,25 @@ class TorchStrategy(TrainStrategy):
         torch.manual_seed(seed)
         self.cfg, self.spec = cfg, spec
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model = spec.load(model_path).to(self.device)
+        self.model = self._load_model(model_path).to(self.device)
         self.bf16_weights = cfg.uses_bf16_weights
         self.trainable = trainable
         self.masters: dict[str, torch.nn.Parameter] = {}
-        if self.bf16_weights and trainable:  # fp32 copies before the module is rounded to bf16
+        if self.bf16_weights and trainable:  # fp32 copies of what trains, before the module is rounded to bf16
             self.masters = {name: torch.nn.Parameter(p.detach().float().clone())
-                            for name, p in self.model.named_parameters()}
+                            for name, p in self.model.named_parameters() if p.requires_grad}
         if self.bf16_weights:
             self.model.to(torch.bfloat16)
         if not trainable:
             self.model.eval().requires_grad_(False)
             return
         if cfg.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            # non-reentrant under LoRA: the reentrant form passes no gradient through a block whose inputs (the
+            # frozen embeddings' output) do not require one
+            kwargs = {"use_reentrant": False} if self.lora is not None else None
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.model.config.use_cache = False
-        params = list(self.masters.values()) if self.bf16_weights else self.model.parameters()
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.lr_schedule, cfg.warmup_steps, total_steps))
 
@@ -66,7 +68,9 @@ class TorchStrategy(TrainStrategy):
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def _trained_parameters(self) -> list[torch.nn.Parameter]:
-        return list(self.masters.values()) if self.bf16_weights else list(self.model.parameters())
+        if self.bf16_weights:
+            return list(self.masters.values())
+        return [p for p in self.model.parameters() if p.requires_grad]
 
     # ------------------------------------------------------------------ TrainStrategy hooks
     def _set_train_mode(self, train: bool) -> None:
@@ -98,21 +102,29 @@ class TorchStrategy(TrainStrategy):
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm or float("inf"))
         self.optimizer.step()
         if self.bf16_weights:
+            module = dict(self.model.named_parameters())
             with torch.no_grad():
-                for name, p in self.model.named_parameters():
-                    p.copy_(self.masters[name])  # round to nearest bf16
+                for name, master in self.masters.items():
+                    module[name].copy_(master)  # round to nearest bf16
         return float(grad_norm)
 
     def named_parameters_for_sync(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        if self.masters and dtype != torch.bfloat16:  # the exact weights, not their bf16 rounding
-            return {name: m.detach().to("cpu", dtype) for name, m in self.masters.items()}
-        return {name: p.detach().to("cpu", dtype) for name, p in self.model.named_parameters()}
+        if self.lora is None:
+            return self._named(dtype)
+        return {k: v.to(dtype) for k, v in self._full_weights(self._named(torch.float32)).items()}  # merged in fp32
+
+    def _named(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """The module's tensors by name on the CPU in `dtype`; the fp32 masters' (the exact weights, not their bf16
+        rounding) where there are masters and `dtype` is not bf16."""
+        exact = dtype != torch.bfloat16
+        return {name: (self.masters[name] if exact and name in self.masters else p).detach().to("cpu", dtype)
+                for name, p in self.model.named_parameters()}
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, directory: str) -> None:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        self.spec.export(self.named_parameters_for_sync(torch.float32), self.model.config, path / "model")
+        self._write_weights(self._named(torch.float32), self.model.config, path)
         # The optimizer in a file of its own: a checkpoint that is no longer the newest may lose it
         # (run.keep_optimizer=last) and keep the rest
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
@@ -128,11 +140,12 @@ class TorchStrategy(TrainStrategy):
         else:
             raise FileNotFoundError(f"{path}: no optimizer.pt, the optimizer state to resume from (dropped by "
                                     "run.keep_optimizer=last?)")
-        state_dict = self.spec.load(str(path / "model")).state_dict()
+        state_dict = self._read_weights(path)
         with torch.no_grad():
             for name, master in self.masters.items():
                 master.copy_(state_dict[name])
-        self.model.load_state_dict(state_dict)  # cast to the module's dtype
+        # cast to the module's dtype; under LoRA the trained tensors only (the frozen base is as loaded)
+        self.model.load_state_dict(state_dict, strict=self.lora is None)
         self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"])

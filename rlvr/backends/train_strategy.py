@@ -75,6 +75,9 @@ class ModelSpec:
     # Packed rows (rlvr/data/packing.py): (model, input_ids [1, L], position_ids [1, L], keep [K]) -> the output at
     # the stream positions `keep`, [1, K, ...]
     forward_packed: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # Parameters (by name prefix) that train in full also under LoRA: parts the base model does not have (a value
+    # head), which no low-rank change of a pretrained weight can stand for
+    also_trained: tuple[str, ...] = ()
 
 
 class TrainStrategy(abc.ABC):
@@ -133,6 +136,67 @@ class TrainStrategy(abc.ABC):
     @abc.abstractmethod
     def load(self, directory: str) -> None:
         """Back to what `save` wrote."""
+
+    # ------------------------------------------------------------------ the model and its weights
+    @property
+    def lora(self):
+        """cfg.lora: adapters are trained, the base weights are frozen (rlvr/backends/lora.py)."""
+        return self.cfg.lora
+
+    def _load_model(self, model_path: str) -> torch.nn.Module:
+        """The spec's model (fp32), with adapters when cfg.lora asks for them."""
+        model = self.spec.load(model_path)
+        if self.lora is not None:
+            from rlvr.backends.lora import add_lora
+
+            model = add_lora(model, self.lora, also_trained=self.spec.also_trained)
+        return model
+
+    def _policy_module(self) -> torch.nn.Module:
+        """The model itself (not an engine around it)."""
+        return self.model
+
+    @property
+    def trained_names(self) -> list[str]:
+        """The parameters the optimizer updates (every one without LoRA)."""
+        return [name for name, p in self._policy_module().named_parameters() if p.requires_grad]
+
+    def _full_weights(self, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The model's named tensors as the base model's full weights: adapters merged in under LoRA."""
+        if self.lora is None:
+            return named
+        from rlvr.backends.lora import merged_weights
+
+        return merged_weights(named, self.lora.scale)
+
+    def _write_weights(self, named: dict[str, torch.Tensor], config, directory: Path) -> None:
+        """A checkpoint's weights from the model's fp32 named tensors: <dir>/model, the spec's export of every
+        weight; under LoRA <dir>/adapter, the trained tensors only (the frozen base is the run's model.path)."""
+        if self.lora is None:
+            self.spec.export(named, config, directory / "model")
+            return
+        from rlvr.backends.lora import ADAPTER_DIR, save_adapter
+
+        save_adapter(named, self.trained_names, self._policy_module(), directory / ADAPTER_DIR)
+
+    def _read_weights(self, directory: Path) -> dict[str, torch.Tensor]:
+        """What `_write_weights` wrote, by parameter name: every weight, or (LoRA) the trained ones."""
+        if self.lora is None:
+            return self.spec.load(str(directory / "model")).state_dict()
+        from rlvr.backends.lora import ADAPTER_DIR, load_adapter
+
+        return load_adapter(directory / ADAPTER_DIR, self.trained_names)
+
+    @torch.no_grad()
+    def reference_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
+        """Under LoRA the reference policy is the base model, i.e. this one with its adapters off: loss-position
+        logprobs as `forward_logprobs(loss_positions_only=True)` computes them."""
+        from rlvr.backends.lora import adapters_disabled
+
+        if self.lora is None:
+            raise RuntimeError("reference_logprobs is the LoRA reference; without LoRA the reference is its own worker")
+        with adapters_disabled(self._policy_module()):
+            return self.forward_logprobs(batch, temperature, loss_positions_only=True)
 
     # ------------------------------------------------------------------ rows and micro-batches
     @property

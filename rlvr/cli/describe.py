@@ -55,9 +55,19 @@ def engines_line(cfg: Config) -> str:
     strategy = train.strategy + (f" ZeRO-{train.deepspeed.zero_stage}" if train.strategy == "deepspeed" else "")
     precision = "bf16 weights" if train.uses_bf16_weights else "bf16 autocast" if train.bf16_autocast else "fp32"
     parts = [f"generation {gen.engine} x{gen.world_size} ({gen.dtype})",
-             f"training {strategy} x{train.world_size} ({precision})",
-             "reference x1" if cfg.needs_reference else "no reference (no KL term)"]
+             f"training {strategy} x{train.world_size} ({precision}{lora_part(train.lora)})",
+             reference_part(cfg)]
     return " | ".join(parts)
+
+
+def lora_part(lora) -> str:
+    return f", LoRA rank {lora.rank} on {len(lora.target_modules)} kinds of layer" if lora is not None else ""
+
+
+def reference_part(cfg: Config) -> str:
+    if cfg.reference_worker:
+        return "reference x1"
+    return "reference: actor_train without adapters" if cfg.needs_reference else "no reference (no KL term)"
 
 
 def trackers_line(cfg: Config) -> str:
@@ -110,9 +120,9 @@ def resource_lines(cfg: Config, gpus_visible: int) -> list[str]:
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     rows = [("Ray", f"join {address}" if address else
              f"embedded local cluster, {cpus} CPUs, {gpus_visible} GPUs visible")]
-    need = f", {gpus * (t.world_size + cfg.needs_reference):g} GPUs in all" if gpus else ""
+    need = f", {gpus * (t.world_size + cfg.reference_worker):g} GPUs in all" if gpus else ""
     rows.append(("actor_train", f"{t.world_size} x {t.strategy} rank, {gpus:g} GPU each{need}"))
-    if cfg.needs_reference:
+    if cfg.reference_worker:
         rows.append(("reference", f"1 x frozen policy, {gpus:g} GPU"))
     kv = f", KV cache {gen.vllm.kv_cache_gib:g} GiB each" if gen.engine == "vllm" else ""
     rows.append(("actor_infer", f"{gen.world_size} x {gen.engine} engine{kv}"))

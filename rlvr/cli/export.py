@@ -56,26 +56,47 @@ def base_model_of(checkpoint: Path) -> str:
                           f"{err}") from None
 
 
+def merged_base(base: str, adapter_dir: Path) -> dict:
+    """The base model's weights (fp32, tied ones once) with the checkpoint's adapters merged in."""
+    from rlvr.backends.lora import merge_saved_adapter
+    from rlvr.backends.train_strategy import load_causal_lm
+
+    model = load_causal_lm(base)
+    return merge_saved_adapter({k: p.detach() for k, p in model.named_parameters()}, adapter_dir)
+
+
 def export(checkpoint: Path, out: Path, dtype: str | None = None) -> Path:
     """Writes the Hugging Face directory `out` (which must not exist, or be empty) from `checkpoint`."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer, GenerationConfig
 
+    from rlvr.backends.lora import ADAPTER_DIR, ADAPTER_WEIGHTS
+
     model_dir = checkpoint / "actor_train" / "model"
-    if not (model_dir / WEIGHTS).exists():
-        raise ExportError(f"{checkpoint}: no actor_train/model/{WEIGHTS} (an incomplete checkpoint?)")
+    adapter_dir = checkpoint / "actor_train" / ADAPTER_DIR
+    lora = (adapter_dir / ADAPTER_WEIGHTS).exists()
+    if not lora and not (model_dir / WEIGHTS).exists():
+        raise ExportError(f"{checkpoint}: no actor_train/model/{WEIGHTS} nor actor_train/{ADAPTER_DIR}/"
+                          f"{ADAPTER_WEIGHTS} (an incomplete checkpoint?)")
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"--out {out}: exists and is not empty")
     base = base_model_of(checkpoint)
     out.mkdir(parents=True, exist_ok=True)
-    config = json.loads((model_dir / "config.json").read_text())
-    if dtype is None:
+    config = json.loads(((Path(base) if lora else model_dir) / "config.json").read_text())
+    if lora:  # the adapters merged into the run's base model: a plain model, nothing left to merge
+        weights = merged_base(base, adapter_dir)
+        config["torch_dtype"] = config["dtype"] = "float32"
+    elif dtype is None:
         shutil.copyfile(model_dir / WEIGHTS, out / WEIGHTS)
+        weights = None
     else:
-        weights = {k: v.to(getattr(torch, dtype)) for k, v in load_file(str(model_dir / WEIGHTS)).items()}
-        save_file(weights, str(out / WEIGHTS), metadata={"format": "pt"})
-        config["torch_dtype"] = config["dtype"] = dtype
+        weights = load_file(str(model_dir / WEIGHTS))
+    if weights is not None:
+        if dtype is not None:
+            weights = {k: v.to(getattr(torch, dtype)) for k, v in weights.items()}
+            config["torch_dtype"] = config["dtype"] = dtype
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(out / WEIGHTS), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     AutoTokenizer.from_pretrained(base).save_pretrained(out)  # the chat template goes with it
     try:

@@ -171,5 +171,11 @@ class Config(Strict):
         return self.algorithm.kl_loss_coef > 0 or self.algorithm.use_kl_in_reward
 
     @property
+    def reference_worker(self) -> bool:
+        """The reference is a process of its own: a KL term without actor_train.lora (under LoRA it is actor_train
+        with its adapters off)."""
+        return self.needs_reference and self.actor_train.lora is None
+
+    @property
     def train_batch_size(self) -> int:
         return self.rollout.prompts_per_step * self.rollout.group_size

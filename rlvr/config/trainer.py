@@ -23,6 +23,26 @@ class DeepSpeedConfig(Strict):
         return data
 
 
+# The projections of Llama-style blocks (Llama, Qwen, Mistral, SmolLM): every linear layer but the LM head
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraConfig(Strict):
+    """<section>.lora: train low-rank adapters (peft's LoRA) instead of every weight: W x + (alpha / rank) B A x,
+    only A and B (and a critic's value head) in the optimizer and the checkpoints; generation gets the merged
+    weights. Adapters learn at larger rates than full fine-tuning (docs/lora.md)."""
+
+    rank: int = Field(8, ge=1)  # r: the adapters' inner dimension
+    alpha: float | None = Field(None, gt=0)  # the scale is alpha / rank; None: 2 x rank (a scale of 2)
+    dropout: float = Field(0.0, ge=0, lt=1)  # on the adapters' input, in training only
+    # names (last part) of the linear layers that get adapters
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS), min_length=1)
+
+    @property
+    def scale(self) -> float:
+        return (self.alpha if self.alpha is not None else 2.0 * self.rank) / self.rank
+
+
 class TrainerConfig(Strict):
     """What every trained model (actor_train, critic) sets: strategy, data parallelism, optimizer, schedule,
     batching. The two sections are separate, so the critic has its own learning rate, batches and ZeRO stage."""
@@ -57,6 +77,7 @@ class TrainerConfig(Strict):
     bf16_weights: bool | None = None
     gradient_checkpointing: bool = False  # recompute activations in backward to save memory
     torch_threads: int | None = None  # CPU threads of the trainer (None: every core)
+    lora: LoraConfig | None = None  # low-rank adapters instead of full fine-tuning (None: every weight trains)
 
     @model_validator(mode="after")
     def _world_size_needs_deepspeed(self) -> "TrainerConfig":

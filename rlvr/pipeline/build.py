@@ -215,7 +215,7 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
                                               placement=planner.actor_infer())
         reference = (ReferenceCluster.start("reference", ReferenceWorker, 1, cfg, model_path, rendezvous=True,
                                             waiter=waiter, placement=planner.reference())
-                     if cfg.needs_reference else None)
+                     if cfg.reference_worker else None)
         critic = None
         if cfg.algorithm.needs_critic:  # a trainer, like actor_train: not restartable
             critic = CriticCluster.start("critic", CriticWorker, cfg.critic.world_size, cfg,

@@ -176,6 +176,8 @@ class RLVRPipeline:
         pending: dict[str, tuple[Cluster, list[ray.ObjectRef]]] = {}
         if c.reference is not None:
             pending["ref_logp"] = (c.reference, c.reference.compute_logprobs_async(shared))
+        elif self.cfg.needs_reference:  # actor_train.lora: the base model is actor_train's with adapters off
+            pending["ref_logp"] = (c.actor_train, c.actor_train.reference_logprobs_async(shared))
         if c.critic is not None:
             pending["values"] = (c.critic, c.critic.compute_values_async(shared))
         anchor = self.old_logprobs_source(batch)

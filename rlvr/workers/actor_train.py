@@ -55,6 +55,11 @@ class _PolicyForward:
         """Reference / old-policy logprobs for the loss: at the loss positions (0 elsewhere)."""
         return self.strategy.forward_logprobs(batch, self.temperature, loss_positions_only=True)
 
+    def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """The reference policy's logprobs at the loss positions when it is this model with its adapters off
+        (actor_train.lora: no reference worker, no second copy of the weights)."""
+        return self.strategy.reference_logprobs(batch, self.temperature)
+
     def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
         """Full-precision logprobs of whole sequences (position 0 has none: 0.0), for the weight-sync check."""
         width = max(len(s) for s in sequences)

@@ -40,6 +40,10 @@ class ActorTrainCluster(TrainerCluster):
     def compute_logprobs_async(self, batch: TrainBatch | ray.ObjectRef) -> Refs:
         return self.collective_async("compute_logprobs", batch)
 
+    def reference_logprobs_async(self, batch: TrainBatch | ray.ObjectRef) -> Refs:
+        """The base model's logprobs (adapters off): the reference under actor_train.lora."""
+        return self.collective_async("reference_logprobs", batch)
+
     def sequence_logprobs_async(self, sequences: list[list[int]]) -> Refs:
         return self.collective_async("sequence_logprobs", sequences)
 

@@ -67,7 +67,7 @@ def gpus_per_worker(cfg: Config, cluster_gpus: float) -> tuple[float, float]:
     actor_train split its rank's GPU evenly by default (actor_infer colocated: 0.5 each)."""
     t, g, p = cfg.actor_train, cfg.generation, cfg.placement
     has = cluster_gpus >= 1
-    sharing = 1 + bool(p.actor_infer.colocate_with) + bool(p.reference.colocate_with and cfg.needs_reference)
+    sharing = 1 + bool(p.actor_infer.colocate_with) + bool(p.reference.colocate_with and cfg.reference_worker)
     share = 1.0 / sharing
     train = t.num_gpus_per_worker if t.num_gpus_per_worker is not None else (share if has else 0.0)
     own = share if p.actor_infer.colocate_with else float(g.tensor_parallel_size)
@@ -87,7 +87,7 @@ def gpu_shortfall(cfg: Config, train: float, infer: float, critic: float, have: 
     colocated with actor_train use its bundles' GPUs, already counted in `train`'s share."""
     p = cfg.placement
     parts = [("actor_train", train * cfg.actor_train.world_size)]
-    if cfg.needs_reference:
+    if cfg.reference_worker:
         parts.append(("reference", 0.0 if p.reference.colocate_with else train))
     if cfg.algorithm.needs_critic:
         parts.append(("critic", critic * cfg.critic.world_size))
@@ -156,7 +156,7 @@ class Planner:
         members = [[self.request(p.actor_infer, self.infer_gpus)] * self.cfg.generation.world_size
                    if p.actor_infer.colocate_with else [],
                    [self.request(p.reference, self.train_gpus)]
-                   if p.reference.colocate_with and self.cfg.needs_reference else []]
+                   if p.reference.colocate_with and self.cfg.reference_worker else []]
         if not any(members) and p.actor_train.strategy is None:
             return self._plain("actor_train", own, gpu_key=TRAIN_GPUS)
         bundles = colocated_bundles(own, [m for m in members if m])

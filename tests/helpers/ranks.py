@@ -107,7 +107,8 @@ def torch_step_capturing_grads(strategy, train: Callable[[], dict]) -> tuple[dic
     clip = torch.nn.utils.clip_grad_norm_
 
     def clip_capturing_grads(params, *args, **kwargs):
-        grads.update({k: p.grad.detach().clone() for k, p in strategy.model.named_parameters()})
+        grads.update({k: p.grad.detach().clone() for k, p in strategy.model.named_parameters()
+                      if p.grad is not None})  # frozen LoRA base weights have none
         return clip(params, *args, **kwargs)
 
     torch.nn.utils.clip_grad_norm_ = clip_capturing_grads
@@ -128,6 +129,8 @@ def deepspeed_step_capturing_grads(strategy, train: Callable[[], dict]) -> tuple
 
     def step_capturing_grads(*args, **kwargs):
         for name, p in strategy.module.named_parameters():  # collective: every rank, same order
+            if not p.requires_grad:  # a frozen LoRA base weight
+                continue
             grads[name] = safe_get_full_grad(p).detach().float().cpu().clone()
         return engine_step(*args, **kwargs)
 
@@ -147,5 +150,6 @@ def save_step_load_step(strategy, ckpt: str, train: Callable[[], dict]) -> dict:
     out = {"second_step": train(), "after_second": params()}
     strategy.load(ckpt)
     out["after_load"] = params()
-    out.update(second_step_again=train(), after_second_again=params(), exported=f"{ckpt}/model")
+    exported = f"{ckpt}/adapter" if strategy.lora is not None else f"{ckpt}/model"
+    out.update(second_step_again=train(), after_second_again=params(), exported=exported)
     return out

@@ -38,6 +38,7 @@ pytest.importorskip("deepspeed")
 
 LR = 1e-3
 WIDTH = 20
+LORA = {"rank": 4, "alpha": 8.0}
 
 
 # ---------------------------------------------------------------------------------------------- shared pieces
@@ -45,12 +46,13 @@ def make_batch(n: int, seed: int = 1):
     return make_train_batch(n, WIDTH, seed)
 
 
-def train_cfg(micro: int, bf16: bool, mini: int | None = None):
+def train_cfg(micro: int, bf16: bool, mini: int | None = None, lora: bool = False):
     from rlvr.config.trainer import ActorTrainConfig
 
     # warmup_steps=2: the first step runs at lr/2, the second at lr, so a lost LR schedule shows after a load.
     return ActorTrainConfig(lr=LR, micro_batch_size=micro, mini_batch_size=mini, bf16_autocast=bf16,
-                            max_grad_norm=1.0, weight_decay=0.01, warmup_steps=2, torch_threads=1)
+                            max_grad_norm=1.0, weight_decay=0.01, warmup_steps=2, torch_threads=1,
+                            lora=LORA if lora else None)
 
 
 def make_loss_fn():
@@ -74,6 +76,9 @@ JOBS = [  # name, ZeRO stage, bf16, micro-batch size, rows, round trip
     # fp32 weights, bf16 compute through DeepSpeed's torch_autocast: TorchStrategy's numerics
     dict(name="z2_autocast", stage=2, bf16=True, bf16_weights=False, micro=2, rows=8),
     dict(name="z3_autocast", stage=3, bf16=True, bf16_weights=False, micro=2, rows=8),
+    # LoRA: only the adapters in the ZeRO optimizer; weights compared merged (the base model's names)
+    dict(name="z2_fp32_lora", stage=2, bf16=False, micro=2, rows=8, roundtrip=True, lora=True),
+    dict(name="z2_bf16_lora", stage=2, bf16=True, micro=2, rows=8, roundtrip=True, lora=True),
 ]
 
 
@@ -85,7 +90,8 @@ def _rank_main(rank: int, world_size: int, port: int, model_dir: str, out_dir: s
     loss_fn = make_loss_fn()
     for job in JOBS:
         t0 = time.time()
-        s = DeepSpeedStrategy(model_dir, train_cfg(job["micro"], job["bf16"], job.get("mini")), total_steps=10,
+        s = DeepSpeedStrategy(model_dir, train_cfg(job["micro"], job["bf16"], job.get("mini"), job.get("lora", False)),
+                              total_steps=10,
                               seed=0, rank=rank, world_size=world_size, master_addr="127.0.0.1", master_port=port,
                               zero_stage=job["stage"], bf16_weights=job.get("bf16_weights", True))
         batch = make_batch(job["rows"])
@@ -123,13 +129,14 @@ def torch_reference(model_dir: str, job: dict) -> dict:
     """TorchStrategy in fp32, one micro-batch per mini-batch: the single-process full-batch update."""
     from rlvr.backends.torch_strategy import TorchStrategy
 
-    s = TorchStrategy(model_dir, train_cfg(job["rows"], bf16=False, mini=job.get("mini")), total_steps=10, seed=0)
+    s = TorchStrategy(model_dir, train_cfg(job["rows"], bf16=False, mini=job.get("mini"), lora=job.get("lora", False)),
+                      total_steps=10, seed=0)
     batch = make_batch(job["rows"])
-    before = {k: p.detach().clone() for k, p in s.model.named_parameters()}
+    weights = lambda: {k: v.clone() for k, v in s.named_parameters_for_sync(torch.float32).items()}  # noqa: E731
+    before = weights()  # copies: fp32 weights come back as the live tensors
     logprobs = s.forward_logprobs(batch)
     grads, metrics = torch_step_capturing_grads(s, lambda: s.train_step(batch, make_loss_fn()))
-    after = {k: p.detach().clone() for k, p in s.model.named_parameters()}
-    return dict(before=before, after=after, grads=grads, metrics=metrics, logprobs=logprobs)
+    return dict(before=before, after=weights(), grads=grads, metrics=metrics, logprobs=logprobs)
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +179,11 @@ def test_world_size_1x4_and_2x2_give_the_same_step(results, job):
     assert rel(update(b), update(t)) < tol["upd_torch"]
     # the first call runs at lr/2 (warmup): Adam moves each entry by at most ~lr/2 per step (+ weight decay)
     n_updates = -(-job["rows"] // (job.get("mini") or job["rows"]))
-    assert 0.4 * LR < max(float(u.abs().max()) for u in update(b).values()) < n_updates * 0.6 * LR
+    largest = max(float(u.abs().max()) for u in update(b).values())
+    if job.get("lora"):  # B starts at 0: the merged weights move by scale * dB @ A, dB ~ lr/2 per entry
+        assert set(b["grads"]) and all("lora_" in k for k in b["grads"]) and 0 < largest < LR
+    else:
+        assert 0.4 * LR < largest < n_updates * 0.6 * LR
     for m in (a["metrics"], b["metrics"]):
         assert m["grad_norm"] == pytest.approx(t["metrics"]["grad_norm"], rel=tol["gnorm"])
         assert m["loss"] == pytest.approx(t["metrics"]["loss"], rel=tol["gnorm"], abs=1e-6)
@@ -208,6 +219,19 @@ def test_save_step_load_restores_the_saved_state(results, job):
     # step from the same state gives the same parameters
     assert max_abs(r["after_second_again"], r["after_second"]) < 1e-7
     assert r["second_step_again"]["lr"] == r["second_step"]["lr"]
+    if job.get("lora"):  # the adapters only, in peft's format, and DeepSpeed's files hold nothing else
+        from rlvr.backends.lora import ADAPTER_WEIGHTS
+
+        assert (Path(r["exported"]) / ADAPTER_WEIGHTS).exists()
+        assert not (Path(r["exported"]).parent / "model").exists()
+        states = Path(r["exported"]).parent / "deepspeed" / "ckpt" / "mp_rank_00_model_states.pt"
+        assert torch.load(states, weights_only=False)["module"] == {}
+        def optimizer_bytes(ckpt: Path) -> int:
+            return sum(f.stat().st_size for f in (ckpt / "deepspeed").rglob("*optim_states.pt"))
+        full = Path(w2["z2_fp32"][0]["exported"]).parent
+        # the adapters' masters and moments only (8,192 of the tiny model's 20,640 parameters, 0.4)
+        assert optimizer_bytes(Path(r["exported"]).parent) < 0.5 * optimizer_bytes(full)
+        return
     # the plain HF export in the checkpoint holds the saved weights
     exported = AutoModelForCausalLM.from_pretrained(r["exported"], dtype=torch.float32)
     named = {k: v.detach() for k, v in exported.named_parameters()}
