@@ -4,6 +4,7 @@ math data.
     .venv/bin/python bench/learning.py [--steps 20] [--eval-every 2] [--algorithms grpo ppo ...] [key=value ...]
     .venv/bin/python bench/learning.py --seeds 1 2 3 --variant fp32 actor_train.bf16_autocast=false \
         --variant bf16 actor_train.bf16_autocast=true generation.dtype=bfloat16 ...
+    .venv/bin/python bench/learning.py --lora --seeds 1 2 3 --steps 8 --eval-every 4   # LoRA ranks vs full
 
 Each algorithm (an `algorithm` preset) or named variant (a set of overrides) runs with the same config, data, steps
 and seed, one after the other in this process; with several seeds the runs go seed by seed, every variant once per
@@ -16,6 +17,12 @@ val_correct per domain and overall (greedy decoding on the held-out split). With
 val_correct per domain every `--eval-every` steps per algorithm, then each algorithm's step time (median and
 range over its training steps after step 0, validation excluded) and its ratio to the first algorithm's, the
 critic's and the reference's cost included. A benchmark, not a test: the trend is reported as it comes.
+
+`--lora` compares full fine-tuning (the config as it is) with LoRA at ranks 8 and 32 (`--lora-lr`, default 1e-4:
+adapters take about 10x full fine-tuning's best rate, as "LoRA Without Regret" (Thinking Machines, 2025) measured),
+and adds a resource table: actor_train's training seconds per step, its largest sampled resident memory
+(`system/actor_train/0/rss_gib`, sampled once per step) and the size of the checkpoint each run saves after its
+last step (`--save-last`, implied; the checkpoints are deleted once measured).
 """
 
 from __future__ import annotations
@@ -34,10 +41,15 @@ sys.path.insert(0, str(REPO))
 
 
 def run(config: str, label: str, args, overrides: list[str]) -> tuple[object, dict[int, dict], float]:
-    from rlvr.config.load import load_config
-    from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
+    import shutil
 
-    base = [f"run.max_steps={args.steps}", f"run.eval_every={args.eval_every}", "run.save_every=0",
+    from rlvr.config.load import load_config
+    from rlvr.pipeline.checkpoint import list_checkpoints
+    from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
+    from rlvr.report.summary import size_bytes
+
+    save = f"run.save_every={args.steps if args.save_last else 0}"
+    base = [f"run.max_steps={args.steps}", f"run.eval_every={args.eval_every}", save, "run.keep_checkpoints=1",
             f"run.name=bench-learning-{label}", "trackers.wandb=false", "trackers.tensorboard=false"]
     cfg = load_config(config, base + overrides)
     start = time.perf_counter()
@@ -51,6 +63,11 @@ def run(config: str, label: str, args, overrides: list[str]) -> tuple[object, di
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         r = json.loads(line)
         records.setdefault(r["step"], {}).update(r)
+    if args.save_last:  # measured, then gone: a full-weights checkpoint of the default model is 2 GB
+        checkpoints = list_checkpoints(run_dir)
+        records[max(records)]["bench/checkpoint_bytes"] = size_bytes(checkpoints[-1])
+        for c in checkpoints:
+            shutil.rmtree(c)
     print(f"{label} seed {cfg.run.seed}: {elapsed:.0f}s, run {run_dir}", flush=True)
     return cfg, records, elapsed
 
@@ -111,6 +128,9 @@ def variants_of(args) -> dict[str, list[str]]:
     """label -> overrides of each compared run: the --variant lists, else one per --algorithms preset, else one."""
     if args.variant:
         return {v[0]: v[1:] for v in args.variant}
+    if args.lora:
+        lr = f"actor_train.lr={args.lora_lr}"
+        return {"full": [], "lora-r8": ["actor_train.lora.rank=8", lr], "lora-r32": ["actor_train.lora.rank=32", lr]}
     if args.algorithms:
         return {a: [f"algorithm={a}"] for a in args.algorithms}
     return {"run": []}
@@ -171,6 +191,26 @@ def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
             print(f"| {label} | " + " | ".join(cells) + " |")
 
 
+def resource_table(runs: dict[str, dict[int, dict[int, dict]]]) -> None:
+    """actor_train's cost per variant over all seeds: training seconds per step (median, steps 1..), weight sync
+    seconds (merge, send, parity probe), largest sampled resident memory, checkpoint size (where the runs saved
+    one)."""
+    print("\nactor_train per variant (all seeds): medians over steps 1.., largest sampled RSS, checkpoint size\n")
+    print("| variant | train s | ratio | weight sync s | step s | actor_train RSS max GiB | checkpoint MB |")
+    print("|---|---|---|---|---|---|---|")
+    base = None
+    for label, by_seed in runs.items():
+        recs = [r for records in by_seed.values() for s, r in records.items() if s > 0]
+        train = statistics.median(r["time/train"] for r in recs if "time/train" in r)
+        base = base or train
+        rss = max((r.get("system/actor_train/0/rss_gib", 0.0) for r in recs), default=0.0)
+        sizes = [r["bench/checkpoint_bytes"] for r in recs if "bench/checkpoint_bytes" in r]
+        steps = statistics.median(t for records in by_seed.values() for t in step_times(records))
+        sync = statistics.median(r["time/model_update"] for r in recs if "time/model_update" in r)
+        size = f"{statistics.mean(sizes) / 1e6:.1f}" if sizes else ""
+        print(f"| {label} | {train:.1f} | {train / base:.2f} | {sync:.1f} | {steps:.1f} | {rss:.2f} | {size} |")
+
+
 def print_loaded(args) -> None:
     from rlvr.config.load import load_config
 
@@ -182,6 +222,7 @@ def print_loaded(args) -> None:
     cfg = load_config(args.config, args.overrides)
     print(f"loaded {', '.join(args.load)}: {', '.join(f'{v} seeds {sorted(r)}' for v, r in runs.items())}")
     seed_tables(cfg, runs)
+    resource_table(runs)
 
 
 def main() -> None:
@@ -198,8 +239,14 @@ def main() -> None:
     parser.add_argument("--load", nargs="+", default=None, metavar="JSONL",
                         help="print the tables of earlier benches' --out files (several: their variants side by "
                              "side, the first file's first variant the baseline) instead of running")
+    parser.add_argument("--lora", action="store_true",
+                        help="full fine-tuning against LoRA ranks 8 and 32, with the resource table")
+    parser.add_argument("--lora-lr", type=float, default=1e-4, help="actor_train.lr of the LoRA variants")
+    parser.add_argument("--save-last", action="store_true",
+                        help="save a checkpoint after the last step and report its size (then delete it)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
+    args.save_last = args.save_last or args.lora
     if args.algorithms:  # key=value overrides written after --algorithms land in its list: move them back
         args.overrides += [a for a in args.algorithms if "=" in a]
         args.algorithms = [a for a in args.algorithms if "=" not in a]
@@ -225,10 +272,12 @@ def main() -> None:
           f"machine={platform.machine()} cpus={os.cpu_count()}")
     if len(seeds) > 1:
         seed_tables(cfg, runs)
+        resource_table(runs)
     elif len(variants) == 1:
         curve_table(cfg, next(iter(runs.values()))[seeds[0]])
     else:
         comparison_tables(cfg, {label: by_seed[seeds[0]] for label, by_seed in runs.items()})
+        resource_table(runs)
 
 
 if __name__ == "__main__":

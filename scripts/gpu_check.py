@@ -40,7 +40,7 @@ def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None) -> SimpleName
     return SimpleNamespace(torch_threads=None, bf16_autocast=bf16_weights, uses_bf16_weights=bf16_weights,
                            gradient_checkpointing=False, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0,
                            lr_schedule="constant", warmup_steps=0, max_grad_norm=None, mini_batch_size=None,
-                           micro_batch_size=2, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1)
+                           micro_batch_size=2, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1, lora=None)
 
 
 def train_grads(model_dir: str, bf16_weights: bool, device: str,

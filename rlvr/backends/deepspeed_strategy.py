@@ -66,9 +66,9 @@ class DeepSpeedStrategy(TrainStrategy):
             if cfg.gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             # A torch AdamW (the same update as TorchStrategy's, on any device); ZeRO wraps it and hands it the
-            # fp32 partitions of the parameters.
-            self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=cfg.betas,
-                                               weight_decay=cfg.weight_decay)
+            # fp32 partitions of the parameters (under LoRA, of the adapters only).
+            trained = [p for p in model.parameters() if p.requires_grad]
+            self.optimizer = torch.optim.AdamW(trained, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
             self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.optimizer,
                                                         config=self.ds_config)
             # The schedule is stepped once per train_step call (not per optimizer step), so DeepSpeed does not
@@ -89,6 +89,8 @@ class DeepSpeedStrategy(TrainStrategy):
         zero: dict = {"stage": stage, "overlap_comm": self.device.type == "cuda",
                       "contiguous_gradients": True, "reduce_scatter": True, "reduce_bucket_size": 50_000_000,
                       "allgather_bucket_size": 50_000_000}
+        if stage == 2:  # a load takes the masters from model/, not from the partitions' copy (`_weights_left_out`)
+            zero.update(load_from_fp32_weights=False, elastic_checkpoint=False)
         if stage == 3:
             zero.update(stage3_param_persistence_threshold=10_000, stage3_prefetch_bucket_size=50_000_000,
                         stage3_gather_16bit_weights_on_model_save=False)
@@ -185,7 +187,7 @@ class DeepSpeedStrategy(TrainStrategy):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         if self.trainable:
-            with self._module_weights_left_out():
+            with self._weights_left_out():
                 self.engine.save_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG, save_latest=True)
         torch.save({"scheduler": self.scheduler.state_dict() if self.scheduler else None, "rng": rng_states(),
                     "world_size": self.world_size, "zero_stage": self.zero_stage},
@@ -196,19 +198,31 @@ class DeepSpeedStrategy(TrainStrategy):
         rdist.barrier()
 
     @contextmanager
-    def _module_weights_left_out(self):
-        """DeepSpeed's model-states file holds the module's weights, which the checkpoint has twice already (the
-        fp32 masters in the ZeRO partitions, and model/): ZeRO-2 saves it without them (538 MB less for the
-        default model in fp32), and `load` takes them from model/. ZeRO-3's module holds only partition
-        placeholders: left as it is."""
+    def _weights_left_out(self):
+        """The weights are in model/ (the fp32 masters as a plain model) and nowhere else: under ZeRO-2 DeepSpeed's
+        model-states file is saved without the module's weights, and its optimizer-states files without their
+        fp32 partitions of the masters (each 538 MB for the default model); `load` takes both from model/.
+        ZeRO-3's module holds only partition placeholders and its optimizer its own layout: left as they are."""
         if self.zero_stage == 3:
             yield
             return
+        from deepspeed.checkpoint.constants import SINGLE_PARTITION_OF_FP32_GROUPS
+
+        optimizer = self.engine.optimizer
+        full_state_dict = optimizer.state_dict
+
+        def without_masters() -> dict:
+            state = full_state_dict()
+            del state[SINGLE_PARTITION_OF_FP32_GROUPS]  # a load that asked for them would fail, not skip them
+            return state
+
         self.engine.module_state_dict = lambda *args, **kwargs: {}  # read by save_checkpoint for the file
+        optimizer.state_dict = without_masters
         try:
             yield
         finally:
-            del self.engine.module_state_dict  # the method again
+            del self.engine.module_state_dict  # the methods again
+            del optimizer.state_dict
 
     def _module_from_export(self, checkpoint: Path):
         """The module's weights for a ZeRO-2 load: the checkpoint's plain export of the fp32 masters (under LoRA:
@@ -222,6 +236,18 @@ class DeepSpeedStrategy(TrainStrategy):
             with torch.no_grad():
                 dst.load_state_dict(state, strict=self.lora is None)
         return load
+
+    def _masters_from_export(self, checkpoint: Path) -> None:
+        """ZeRO-2 with bf16 weights: DeepSpeed refilled the fp32 masters from the bf16 module (their partitions are
+        not saved); model/ holds them exactly. (fp32 weights: the module is the masters already.)"""
+        if self.zero_stage == 3 or self.precision != "bf16":
+            return
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        exact = self._read_weights(checkpoint)
+        for name, p in self.module.named_parameters():
+            if p.requires_grad:
+                safe_set_full_fp32_param(p, exact[name].to(p.device))
 
     def load(self, directory: str) -> None:
         """Collective; the checkpoint must come from the same world size and ZeRO stage."""
@@ -242,6 +268,7 @@ class DeepSpeedStrategy(TrainStrategy):
                                                        custom_load_fn=self._module_from_export(path))
             if load_path is None:
                 raise FileNotFoundError(f"{path / 'deepspeed'}: no DeepSpeed checkpoint tagged {CKPT_TAG!r}")
+            self._masters_from_export(path)
             self.scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"])
 

@@ -57,7 +57,8 @@ class TorchStrategy(TrainStrategy):
             kwargs = {"use_reentrant": False} if self.lora is not None else None
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.model.config.use_cache = False
-        self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.lr, betas=cfg.betas,
+                                           weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.lr_schedule, cfg.warmup_steps, total_steps))
 

@@ -236,11 +236,17 @@ def test_save_step_load_restores_the_saved_state(results, job):
     exported = AutoModelForCausalLM.from_pretrained(r["exported"], dtype=torch.float32)
     named = {k: v.detach() for k, v in exported.named_parameters()}
     assert max_abs({k: named[k] for k in r["after"]}, r["after"]) == 0.0
-    # ...and only there: under ZeRO-2 DeepSpeed's model-states file leaves the module's weights out (a load takes
-    # them from the export, and the same step above proves it did)
+    # ...and only there: under ZeRO-2 DeepSpeed's model-states file leaves the module's weights out, and its
+    # optimizer-states files their fp32 partitions of the masters (a load takes both from the export, and the same
+    # step above proves it did: with bf16 weights, masters refilled from the bf16 module would differ)
     if job["stage"] == 2:
-        states = Path(r["exported"]).parent / "deepspeed" / "ckpt" / "mp_rank_00_model_states.pt"
-        assert torch.load(states, weights_only=False)["module"] == {}
+        from deepspeed.checkpoint.constants import SINGLE_PARTITION_OF_FP32_GROUPS
+
+        ds = Path(r["exported"]).parent / "deepspeed" / "ckpt"
+        assert torch.load(ds / "mp_rank_00_model_states.pt", weights_only=False)["module"] == {}
+        for optim in ds.glob("*optim_states.pt"):
+            saved = torch.load(optim, weights_only=False)["optimizer_state_dict"]
+            assert SINGLE_PARTITION_OF_FP32_GROUPS not in saved and saved["base_optimizer_state"]["state"], optim
 
 
 @pytest.mark.parametrize("stage", [2, 3])

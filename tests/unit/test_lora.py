@@ -172,3 +172,18 @@ def test_the_config_section(tmp_path):
                        ({"rank": 4, "dropout": 1.0}, "dropout"), ({"rnk": 4}, "rnk")):
         with pytest.raises(ConfigError, match=match):
             config_from_dict(tiny_config("m", str(tmp_path), actor_train={"lora": bad}))
+
+
+def test_the_critic_trains_its_adapters_and_its_whole_value_head(tiny_llama, tmp_path):
+    from rlvr.backends.value_spec import value_spec
+    from rlvr.config.trainer import CriticConfig
+
+    s = TorchStrategy(tiny_llama, CriticConfig(bf16_autocast=False, lora={"rank": 2}), total_steps=1, seed=0,
+                      spec=value_spec(0))
+    trained = set(s.trained_names)
+    assert "value_head.weight" in trained and all(is_adapter(n) for n in trained - {"value_head.weight"})
+    s.save(str(tmp_path / "critic"))
+    from rlvr.backends.lora import load_adapter
+
+    saved = load_adapter(tmp_path / "critic" / ADAPTER_DIR, s.trained_names)
+    assert torch.equal(saved["value_head.weight"], s.model.value_head.weight.detach())
