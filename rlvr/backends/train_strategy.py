@@ -181,9 +181,13 @@ class TrainStrategy(abc.ABC):
 
     def _read_weights(self, directory: Path) -> dict[str, torch.Tensor]:
         """What `_write_weights` wrote, by parameter name: every weight, or (LoRA) the trained ones."""
-        if self.lora is None:
-            return self.spec.load(str(directory / "model")).state_dict()
         from rlvr.backends.lora import ADAPTER_DIR, load_adapter
+
+        if self.lora is None:
+            if not (directory / "model").is_dir() and (directory / ADAPTER_DIR).is_dir():
+                raise FileNotFoundError(f"{directory}: LoRA adapters ({ADAPTER_DIR}/), no full weights (model/): "
+                                        "resume it with the lora settings of the run that saved it")
+            return self.spec.load(str(directory / "model")).state_dict()
 
         return load_adapter(directory / ADAPTER_DIR, self.trained_names)
 

@@ -147,6 +147,8 @@ def test_a_checkpoint_of_other_adapters_is_refused(tiny_llama, tmp_path):
     plain = strategy(tiny_llama, lora=None)
     with pytest.raises(FileNotFoundError, match="no adapter weights"):
         s.load(str(_plain_checkpoint(plain, tmp_path / "plain")))
+    with pytest.raises(FileNotFoundError, match="LoRA adapters .adapter/., no full weights"):
+        plain.load(str(tmp_path / "ckpt"))
 
 
 def _plain_checkpoint(s: TorchStrategy, path):
