@@ -9,10 +9,8 @@ import pytest
 import torch
 
 from rlvr.backends.lora import ADAPTER_DIR, ADAPTER_WEIGHTS
-from rlvr.config.load import config_from_dict
-from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from tests.conftest import tiny_config
-from tests.integration.test_pipeline import read_metrics, run_pipeline
+from tests.integration.test_pipeline import read_metrics, resumed, run_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -54,17 +52,10 @@ def test_lora_actor_and_critic_train_sync_save_resume_and_export(tiny_model_dir,
     model_bytes = sum(p.numel() * 4 for p in base.parameters())
     assert sum(f.stat().st_size for f in (ckpt / "actor_train").rglob("*") if f.is_file()) < model_bytes
 
-    tree["run"].update(max_steps=3, resume="latest")
-    second = RLVRPipeline(config_from_dict(tree))
-    try:
-        assert second.run_dir == run_dir and second.step == 2
-        second.run()
-        records = read_metrics(run_dir)
-        assert [r["step"] for r in records] == [0, 1, 2]
+    with resumed(tree, run_dir, max_steps=3) as (start, records):
+        assert start == 2 and [r["step"] for r in records] == [0, 1, 2]
         assert records[2]["actor/weight_sync_logprob_max_diff"] < 1e-4  # the resumed adapters reached the engine
         assert records[2]["actor/reward_kl_penalty"] != pytest.approx(0.0, abs=1e-6)  # not back at the base
-    finally:
-        second.close()
 
     out = tmp_path / "exported"
     assert export_main([str(run_dir), "--step", "2", "--out", str(out)]) == 0

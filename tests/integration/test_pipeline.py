@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,21 @@ def run_pipeline(tree: dict) -> RLVRPipeline:
         pipeline.close()
         raise
     return pipeline
+
+
+@contextmanager
+def resumed(tree: dict, run_dir: Path, max_steps: int):
+    """`tree`'s run resumed from its latest checkpoint and run to `max_steps`: yields (the step it resumed at, the
+    run's records); closed after."""
+    tree["run"].update(max_steps=max_steps, resume="latest")
+    pipeline = RLVRPipeline(config_from_dict(tree))
+    try:
+        assert pipeline.run_dir == run_dir
+        start = pipeline.step
+        pipeline.run()
+        yield start, read_metrics(run_dir)
+    finally:
+        pipeline.close()
 
 
 def test_two_steps_train_sync_and_log(tiny_model_dir, ray_local, tmp_path):

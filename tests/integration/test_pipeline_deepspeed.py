@@ -8,10 +8,8 @@ import json
 
 import pytest
 
-from rlvr.config.load import config_from_dict
-from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 from tests.conftest import tiny_config
-from tests.integration.test_pipeline import read_metrics, run_pipeline
+from tests.integration.test_pipeline import read_metrics, resumed, run_pipeline
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("deepspeed")
@@ -42,16 +40,9 @@ def test_zero2_world_size_2_trains_syncs_and_resumes(tiny_model_dir, ray_local, 
 
     # The resumed step packs its micro-batches (96-token streams): each rank bins its own rows, and the ranks
     # agree on the most bins any has (their backward passes meet in ZeRO's reductions).
-    tree["run"].update(max_steps=3, resume="latest")
     tree["actor_train"]["max_tokens_per_micro_batch"] = 96
-    second = RLVRPipeline(config_from_dict(tree))
-    try:
-        assert second.run_dir == run_dir and second.step == 2
-        second.run()
-        records = read_metrics(run_dir)
-        assert [r["step"] for r in records] == [0, 1, 2]
+    with resumed(tree, run_dir, max_steps=3) as (start, records):
+        assert start == 2 and [r["step"] for r in records] == [0, 1, 2]
         assert records[2]["actor/weight_sync_logprob_max_diff"] < 1e-4
         assert records[2]["actor/updates"] == 2 and records[2]["actor/kl_loss"] >= 0
         assert json.loads((run_dir / "checkpoints" / "step_000002" / "driver.json").read_text())["step"] == 2
-    finally:
-        second.close()
