@@ -188,7 +188,9 @@ class DeepSpeedStrategy(TrainStrategy):
         path.mkdir(parents=True, exist_ok=True)
         if self.trainable:
             with self._weights_left_out():
-                self.engine.save_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG, save_latest=True)
+                # ZeRO-2 would also save the frozen parameters (a LoRA base: the run's model.path, as loaded)
+                self.engine.save_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG, save_latest=True,
+                                            exclude_frozen_parameters=self.zero_stage == 2)
         torch.save({"scheduler": self.scheduler.state_dict() if self.scheduler else None, "rng": rng_states(),
                     "world_size": self.world_size, "zero_stage": self.zero_stage},
                    path / f"train_state_rank{self.rank}.pt")
