@@ -29,17 +29,15 @@ sys.path.insert(0, str(REPO))
 
 def prompts(tokenizer, n: int) -> list[str]:
     rows = [json.loads(line) for line in (REPO / "data/math/train.jsonl").read_text().splitlines()][:n]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
-                                          add_generation_prompt=True) for r in rows]
+    return [tokenizer.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows]
 
 
 def make_adapter(base: str, rank: int, out: Path) -> Path:
     """A random adapter in peft's format (rlvr's checkpoint format), B drawn non-zero."""
     import torch
 
-    from rlvr.backends.lora import save_adapter
+    from rlvr.backends.lora import add_lora, save_adapter
     from rlvr.backends.train_strategy import load_causal_lm
-    from rlvr.backends.lora import add_lora
     from rlvr.config.trainer import LoraConfig
 
     torch.manual_seed(rank)
