@@ -188,7 +188,6 @@ class TrainStrategy(abc.ABC):
                 raise FileNotFoundError(f"{directory}: LoRA adapters ({ADAPTER_DIR}/), no full weights (model/): "
                                         "resume it with the lora settings of the run that saved it")
             return self.spec.load(str(directory / "model")).state_dict()
-
         return load_adapter(directory / ADAPTER_DIR, self.trained_names)
 
     @torch.no_grad()

@@ -3,7 +3,7 @@
 What comes out is what transformers' `from_pretrained` and vLLM load unchanged: config.json and model.safetensors
 (the trained weights as the checkpoint holds them, fp32 masters, or bf16 with `--dtype bfloat16`), the base
 model's tokenizer with its chat template, its generation config, and `rlvr_export.json` saying which run and
-step it came from. RUN is a run directory (`runs/<name>-<time>`) or one of its checkpoint directories.
+step it came from. A LoRA run's checkpoint (actor_train/adapter/) is merged into the run's base model. RUN is a run directory (`runs/<name>-<time>`) or one of its checkpoint directories.
 """
 
 from __future__ import annotations
