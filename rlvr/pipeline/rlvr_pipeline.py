@@ -25,9 +25,9 @@ from rlvr.pipeline.parts import PipelineParts, build_pipeline
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
 from rlvr.pipeline.rollout_correction_step import correct_actor_batch
+from rlvr.pipeline.schedule import StepSchedule
 from rlvr.pipeline.validation import append_jsonl, validation_results
 from rlvr.report.summary import human_bytes, size_bytes
-from rlvr.pipeline.schedule import StepSchedule
 from rlvr.schedulers.quotas import allocate_quotas
 from rlvr.telemetry import console
 from rlvr.telemetry.overlap_metrics import merge_parts, overlap_metrics

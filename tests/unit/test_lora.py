@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
-from rlvr.backends.lora import (ADAPTER_DIR, ADAPTER_WEIGHTS, add_lora, adapters_disabled, is_adapter,
+from rlvr.backends.lora import (ADAPTER_DIR, ADAPTER_WEIGHTS, adapters_disabled, add_lora, is_adapter,
                                 merge_saved_adapter, merged_weights)
 from rlvr.backends.torch_strategy import TorchStrategy
 from rlvr.backends.train_strategy import load_causal_lm
