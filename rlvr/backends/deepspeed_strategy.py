@@ -143,20 +143,11 @@ class DeepSpeedStrategy(TrainStrategy):
         return float(grad_norm) if grad_norm is not None else float("nan")
 
     # ------------------------------------------------------------------ weights
-    def named_parameters_for_sync(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """Full, unsharded CPU tensors in `dtype`, on rank 0 (other ranks return {}). Collective.
-
-        Asked for the module's own dtype (bf16 weights -> bfloat16, fp32 weights -> any) the module's tensors
-        are exact (DeepSpeed rounds the fp32 masters into them after each step); asked for float32 while the
-        module holds bf16, the fp32 master weights are assembled from the optimizer's partitions."""
-        if self.lora is None:
-            return self._named(dtype)
-        merged = self._full_weights(self._named(torch.float32))  # in fp32, from the adapters' masters
-        return {k: v.to(dtype) for k, v in merged.items()}
-
     def _named(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """Full tensors by name on rank 0 ({} elsewhere), in `dtype`: the fp32 masters where the module holds
-        their bf16 rounding and `dtype` is not bf16 (frozen LoRA base weights have no masters). Collective."""
+        """Full, unsharded tensors on rank 0 (other ranks return {}). Collective. Asked for the module's own dtype
+        (bf16 weights -> bfloat16, fp32 weights -> any) the module's tensors are exact (DeepSpeed rounds the fp32
+        masters into them after each step); asked for float32 while the module holds bf16, the fp32 masters are
+        assembled from the optimizer's partitions (frozen LoRA base weights have none)."""
         from deepspeed.utils import safe_get_full_fp32_param
 
         use_masters = self.trainable and self.precision == "bf16" and dtype != torch.bfloat16
@@ -180,8 +171,8 @@ class DeepSpeedStrategy(TrainStrategy):
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, directory: str) -> None:
-        """Collective. <dir>/deepspeed: DeepSpeed's checkpoint (module, ZeRO partitions of the fp32 masters and
-        optimizer states, one file per rank); <dir>/train_state_rank<r>.pt: LR schedule and RNG states;
+        """Collective. <dir>/deepspeed: DeepSpeed's checkpoint (module and optimizer states, one file per rank;
+        under ZeRO-2 without any weights: `_weights_left_out`); <dir>/train_state_rank<r>.pt: LR schedule and RNG states;
         <dir>/model: a plain HF model (config + safetensors, fp32 masters) written by rank 0, or under LoRA
         <dir>/adapter: the adapters only (rlvr/backends/lora.py)."""
         path = Path(directory)
@@ -226,27 +217,25 @@ class DeepSpeedStrategy(TrainStrategy):
             del self.engine.module_state_dict  # the methods again
             del optimizer.state_dict
 
-    def _module_from_export(self, checkpoint: Path):
+    def _module_from_export(self, exact: dict[str, torch.Tensor] | None):
         """The module's weights for a ZeRO-2 load: the checkpoint's plain export of the fp32 masters (under LoRA:
         its adapters; the frozen base is as loaded), cast to the module's dtype as DeepSpeed casts the masters
         after a step (ZeRO-2 copies only the masters back)."""
-        if self.zero_stage == 3:
+        if exact is None:
             return None
 
         def load(src, dst) -> None:
-            state = self._read_weights(checkpoint)
             with torch.no_grad():
-                dst.load_state_dict(state, strict=self.lora is None)
+                dst.load_state_dict(exact, strict=self.lora is None)
         return load
 
-    def _masters_from_export(self, checkpoint: Path) -> None:
+    def _masters_from_export(self, exact: dict[str, torch.Tensor] | None) -> None:
         """ZeRO-2 with bf16 weights: DeepSpeed refilled the fp32 masters from the bf16 module (their partitions are
         not saved); model/ holds them exactly. (fp32 weights: the module is the masters already.)"""
-        if self.zero_stage == 3 or self.precision != "bf16":
+        if exact is None or self.precision != "bf16":
             return
         from deepspeed.utils import safe_set_full_fp32_param
 
-        exact = self._read_weights(checkpoint)
         for name, p in self.module.named_parameters():
             if p.requires_grad:
                 safe_set_full_fp32_param(p, exact[name].to(p.device))
@@ -265,12 +254,14 @@ class DeepSpeedStrategy(TrainStrategy):
             if not list((path / "deepspeed").glob(f"{CKPT_TAG}/*optim_states.pt")):
                 raise FileNotFoundError(f"{path}: no DeepSpeed optimizer state to resume from (dropped by "
                                         "run.keep_optimizer=last?)")
+            # ZeRO-2: the weights come from model/ (or adapter/), read once for the module and the masters
+            exact = self._read_weights(path) if self.zero_stage == 2 else None
             load_path, _ = self.engine.load_checkpoint(str(path / "deepspeed"), tag=CKPT_TAG,
                                                        load_optimizer_states=True, load_lr_scheduler_states=False,
-                                                       custom_load_fn=self._module_from_export(path))
+                                                       custom_load_fn=self._module_from_export(exact))
             if load_path is None:
                 raise FileNotFoundError(f"{path / 'deepspeed'}: no DeepSpeed checkpoint tagged {CKPT_TAG!r}")
-            self._masters_from_export(path)
+            self._masters_from_export(exact)
             self.scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"])
 

@@ -59,10 +59,6 @@ def is_adapter(name: str) -> bool:
     return _A in name or _B in name
 
 
-def has_lora(model: torch.nn.Module) -> bool:
-    return any(is_adapter(name) for name, _ in model.named_parameters())
-
-
 @contextmanager
 def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
     """The base model's forward within: every adapter layer passes its input to the frozen layer only."""

@@ -109,14 +109,8 @@ class TorchStrategy(TrainStrategy):
                     module[name].copy_(master)  # round to nearest bf16
         return float(grad_norm)
 
-    def named_parameters_for_sync(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        if self.lora is None:
-            return self._named(dtype)
-        return {k: v.to(dtype) for k, v in self._full_weights(self._named(torch.float32)).items()}  # merged in fp32
-
     def _named(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """The module's tensors by name on the CPU in `dtype`; the fp32 masters' (the exact weights, not their bf16
-        rounding) where there are masters and `dtype` is not bf16."""
+        """The masters are the exact weights, the module their bf16 rounding."""
         exact = dtype != torch.bfloat16
         return {name: (self.masters[name] if exact and name in self.masters else p).detach().to("cpu", dtype)
                 for name, p in self.model.named_parameters()}

@@ -126,8 +126,19 @@ class TrainStrategy(abc.ABC):
         """Clip, step; returns the global gradient norm before clipping."""
 
     @abc.abstractmethod
+    def _named(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """The module's full (gathered) tensors by parameter name on the CPU, in `dtype` (rank 0's are complete):
+        the fp32 masters where the module holds their bf16 rounding and `dtype` is not bf16."""
+
     def named_parameters_for_sync(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """Full (gathered) weights by Hugging Face name, in `dtype`, for actor_infer (rank 0's are complete)."""
+        """Full weights by Hugging Face name, in `dtype`, for actor_infer (rank 0's are complete); under LoRA the
+        adapters merged in, in fp32 from their masters. Collective when world_size > 1."""
+        if self.lora is None:
+            return self._named(dtype)
+        from rlvr.backends.lora import merged_weights
+
+        merged = merged_weights(self._named(torch.float32), self.lora.scale)
+        return {k: v.to(dtype) for k, v in merged.items()}
 
     @abc.abstractmethod
     def save(self, directory: str) -> None:
@@ -160,14 +171,6 @@ class TrainStrategy(abc.ABC):
     def trained_names(self) -> list[str]:
         """The parameters the optimizer updates (every one without LoRA)."""
         return [name for name, p in self._policy_module().named_parameters() if p.requires_grad]
-
-    def _full_weights(self, named: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The model's named tensors as the base model's full weights: adapters merged in under LoRA."""
-        if self.lora is None:
-            return named
-        from rlvr.backends.lora import merged_weights
-
-        return merged_weights(named, self.lora.scale)
 
     def _write_weights(self, named: dict[str, torch.Tensor], config, directory: Path) -> None:
         """A checkpoint's weights from the model's fp32 named tensors: <dir>/model, the spec's export of every
