@@ -43,11 +43,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 from sandbox import seccomp
+from sandbox.loops import CrossLoopLimiter, run_blocking, run_on_stock_loop
 from sandbox.types import Limits, RunRequest, RunResult
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class BwrapBackend:
         self._bwrap = bwrap or shutil.which("bwrap")
         self._prlimit = shutil.which("prlimit")
         self._python = python
-        self._limiter = _CrossLoopLimiter(max_parallel)
+        self._limiter = CrossLoopLimiter(max_parallel)
         self._uids_in_use: set[int] = set()
         self._uid_lock = threading.Lock()
         self._seccomp = seccomp.build()
@@ -143,7 +143,7 @@ class BwrapBackend:
             python = self.python
         except SandboxUnavailable as e:
             return False, str(e)
-        result = _run_blocking(self._run(RunRequest("python", "print('ok')"), python))
+        result = run_blocking(self._run(RunRequest("python", "print('ok')"), python))
         if result.status != "ok" or result.stdout.strip() != "ok":
             return False, f"bubblewrap cannot start a sandbox here: {result.status}: {result.stderr.strip()[:500]}"
         return True, ""
@@ -171,7 +171,7 @@ class BwrapBackend:
         if not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
             # uvloop (the loop of Ray's async actors) refuses subprocess_exec(user=, group=), which runs as root
             # need: the run goes to a stock asyncio loop in a thread of its own.
-            return await asyncio.to_thread(_run_on_stock_loop, self.run(request))
+            return await asyncio.to_thread(run_on_stock_loop, self.run(request))
         if self._bwrap is None or self._prlimit is None:
             return RunResult("sandbox_error", stderr=self.available()[1])
         async with self._limiter:
@@ -179,7 +179,7 @@ class BwrapBackend:
 
     def run_sync(self, request: RunRequest) -> RunResult:
         """`run` for callers without an event loop."""
-        return _run_blocking(self.run(request))
+        return run_blocking(self.run(request))
 
     async def _run(self, request: RunRequest, python: str) -> RunResult:
         start = time.monotonic()
@@ -537,80 +537,3 @@ def _count_tasks_of(uid: int) -> int:
         except (OSError, ValueError, IndexError):
             continue
     return total
-
-
-def _run_on_stock_loop(coro):
-    """Runs a coroutine on a new stock asyncio loop in this thread. The process's loop policy is uvloop's in a Ray
-    async actor: asyncio.run would make a uvloop loop again (and the run would come back here, thread after
-    thread, until the process is out of file descriptors), and a stock loop under that policy has no child
-    watcher for its subprocesses. So the policy becomes the stock one, once, for the whole process; loops
-    already running (the actor's) keep running."""
-    if type(asyncio.get_event_loop_policy()) is not asyncio.DefaultEventLoopPolicy:
-        asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
-    return asyncio.run(coro)
-
-
-def _run_blocking(coro):
-    """Runs a coroutine to completion from sync code, even when this thread already has a running loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    result: list = []
-
-    def target():
-        result.append(asyncio.run(coro))
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    return result[0]
-
-
-class _CrossLoopLimiter:
-    """A counting semaphore usable from any event loop in any thread (asyncio.Semaphore is bound to one loop).
-    FIFO: a released slot goes to the longest waiter."""
-
-    def __init__(self, slots: int) -> None:
-        self._free = slots
-        self._lock = threading.Lock()
-        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
-
-    async def __aenter__(self) -> None:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if self._free > 0 and not self._waiters:
-                self._free -= 1
-                return
-            future = loop.create_future()
-            self._waiters.append((loop, future))
-        try:
-            await future
-        except BaseException:
-            with self._lock:
-                if (loop, future) in self._waiters:
-                    self._waiters.remove((loop, future))
-                    raise
-            # The slot was handed to us while we were being cancelled: pass it on.
-            self._release()
-            raise
-
-    async def __aexit__(self, *exc) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        with self._lock:
-            while self._waiters:
-                loop, future = self._waiters.popleft()
-                if loop.is_closed():
-                    continue
-                loop.call_soon_threadsafe(_resolve, future)
-                return
-            self._free += 1
-
-
-def _resolve(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
-    # A future cancelled between hand-off and now: its __aenter__ sees the cancellation and
-    # (not finding itself among the waiters) releases the slot again.

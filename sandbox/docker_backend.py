@@ -24,9 +24,8 @@ import threading
 import time
 from typing import Any
 
-from sandbox.bwrap_backend import (
-    DEFAULT_MAX_LIMITS, SANDBOX_ENV, SUPERVISOR_SOURCE, CompileLimits, _CrossLoopLimiter, classify,
-)
+from sandbox.bwrap_backend import DEFAULT_MAX_LIMITS, SANDBOX_ENV, SUPERVISOR_SOURCE, CompileLimits, classify
+from sandbox.loops import CrossLoopLimiter
 from sandbox.types import Limits, RunRequest, RunResult
 
 _STDERR_MARK = "@@sandbox-supervisor"
@@ -53,7 +52,7 @@ class DockerBackend:
         self.python = python
         self.max_limits = max_limits or DEFAULT_MAX_LIMITS
         self.compile_limits = compile_limits or CompileLimits()
-        self._limiter = _CrossLoopLimiter(max_parallel)
+        self._limiter = CrossLoopLimiter(max_parallel)
         self._client = None
         self._checked: tuple[bool, str] | None = None
 
