@@ -43,7 +43,7 @@ def test_an_env_without_reset_or_step_is_refused_at_construction():
 
 def test_a_train_strategy_must_implement_every_hook():
     assert TrainStrategy.__abstractmethods__ == {"_set_train_mode", "_forward", "_backward", "_optimizer_step",
-                                                 "named_parameters_for_sync", "save", "load"}
+                                                 "_named", "save", "load"}
     assert TorchStrategy.__abstractmethods__ == frozenset()
 
     class Partial(TrainStrategy):
