@@ -209,7 +209,9 @@ def test_missing_key_sends_placeholder(server, monkeypatch):
 def test_score_and_json_modes(server):
     worker = make_worker(server, parse_mode="score", correct_threshold=0.6)
     server.reset(script=[("reply", "Reasoning... Score: 8/10")], default=("reply", "Rating: 5 out of 10"))
-    high, low = evaluate(worker, make_sample(index=0), make_sample(response="x", index=1))
+    # one after the other: the scripted reply goes to whichever request arrives first
+    high = evaluate(worker, make_sample(index=0))
+    low = evaluate(worker, make_sample(response="x", index=1))
     assert (high.status, high.reward, high.correct) == ("ok", 0.8, True)
     assert (low.status, low.reward, low.correct) == ("ok", 0.5, False)
     assert "Score: N/10" in server.requests[0]["body"]["messages"][0]["content"]  # the score template
