@@ -48,7 +48,8 @@ def test_what_the_owner_started_ends_with_it(tmp_path, how):
         if how == "sigkill":
             owner.send_signal(signal.SIGKILL)
         owner.wait(60)
-        left = wait_gone(started, timeout_s=30)
+        # The guardian unlinks after the processes are gone: wait for both, not just the processes.
+        left = wait_gone(started, timeout_s=30, also=lambda: os.path.exists(segment) or os.path.exists(scratch))
         assert not left, f"still alive after the owner ended: {left}"
         assert not os.path.exists(segment) and not os.path.exists(scratch)
     finally:
