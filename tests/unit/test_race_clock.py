@@ -1,0 +1,81 @@
+"""bench/race.py's clock and tables: a mark is due only on the training clock (time spent saving a mark is off it),
+the run ends at the last mark, and the time to a target is the first saved weights at or above it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "race.py"
+
+
+@pytest.fixture(scope="module")
+def race():
+    spec = importlib.util.spec_from_file_location("race", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeTime:
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_marks_are_due_on_the_training_clock_and_saving_is_off_it(race, tmp_path, monkeypatch):
+    fake = FakeTime()
+    monkeypatch.setattr(race, "time", fake)
+    clock = race.RaceClock(budget_s=100, marks=2, out=tmp_path, name="x-s1")
+    fake.now += 49
+    assert not clock.due()
+    fake.now += 2
+    assert clock.due()
+    with clock.saving(step=3) as directory:
+        fake.now += 30  # saving: not training time
+    assert directory == tmp_path / "x-s1-m01"
+    assert clock.elapsed() == pytest.approx(51) and not clock.due()
+    fake.now += 48
+    assert not clock.due()  # 99 s of training, though 129 s have passed
+    fake.now += 2
+    with pytest.raises(race.BudgetSpent):
+        with clock.saving(step=7):
+            fake.now += 5
+    saved = json.loads((tmp_path / "x-s1.json").read_text())
+    assert [(m["mark"], m["mark_s"], m["step"]) for m in saved] == [(1, 50.0, 3), (2, 100.0, 7)]
+    assert [m["elapsed_s"] for m in saved] == pytest.approx([51, 101])
+    assert [m["save_s"] for m in saved] == pytest.approx([30, 5])
+
+
+def _marks(values, elapsed):
+    return [{"mark": k + 1, "elapsed_s": e, "val_correct/all/mean": v} for k, (v, e) in enumerate(zip(values, elapsed))]
+
+
+def test_time_to_a_target_is_the_first_saved_weights_at_or_above_it(race):
+    marks = _marks([0.40, 0.52, 0.45, 0.60], [130, 250, 370, 490])
+    assert race.time_to(marks, 0.475) == 250  # a later dip does not move it
+    assert race.time_to(list(reversed(marks)), 0.575) == 490  # by mark, not by list order
+    assert race.time_to(marks, 0.70) is None
+
+
+def test_tables_give_each_framework_its_times_and_the_ratio(race, capsys):
+    records = [{"framework": "base", "seed": 1, "mark": 0, "elapsed_s": 0.0, "val_correct/all/mean": 0.375}]
+    for seed in (1, 2):
+        for fw, elapsed in (("rlvr", [120, 240, 360]), ("trl", [130, 250, 370])):
+            values = [0.48, 0.58, 0.60] if fw == "rlvr" else [0.40, 0.49, 0.50]
+            for m in _marks(values, elapsed):
+                records.append({"framework": fw, "seed": seed, "mark_s": 120.0 * m["mark"], "step": m["mark"], **m})
+    capsys.readouterr()
+    race.tables(records)
+    out = capsys.readouterr().out
+    ten = next(line for line in out.splitlines() if line.startswith("min to base + 0.10"))
+    assert "2.00 (2/2 seeds)" in ten and "4.17 (2/2 seeds)" in ten and "0.48x" in ten
+    twenty = next(line for line in out.splitlines() if line.startswith("min to base + 0.20"))
+    assert "4.00 (2/2 seeds)" in twenty and "-" in twenty.split("seeds)")[1]
+    end = next(line for line in out.splitlines() if line.startswith("val_correct at budget end"))
+    assert "0.600 +- 0.000" in end and "0.500 +- 0.000" in end
