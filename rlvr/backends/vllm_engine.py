@@ -17,9 +17,9 @@ request in flight itself (continuous batching). What this module adds on top of 
   (their KV blocks are freed).
 - Per-request seeds from (engine seed, request id) (`rlvr.backends.seeded_sampling`): a request samples the same
   tokens whatever else is in flight, in any arrival order (up to float rounding, which batch composition can
-  change: see docs/reproducibility.md). `rng_state()` is the count of requests that came without an id. Chunked
-  prefill is off: vLLM 0.32's CPU worker crashes on a seeded request whose prefill is split ("CPU Generator does not
-  use offset"), and whole prompts are what a short-prompt RL workload sends anyway.
+  change: docs/lifecycle.md, "The same run twice"). `rng_state()` is the count of requests that came without an
+  id. Chunked prefill is off: vLLM 0.32's CPU worker crashes on a seeded request whose prefill is split ("CPU
+  Generator does not use offset"), and whole prompts are what a short-prompt RL workload sends anyway.
 
 vLLM starts its engine processes with `spawn`: a script that builds this engine must guard its entry point with
 `if __name__ == "__main__":`.

@@ -63,7 +63,8 @@ def test_a_run_leaves_nothing_behind(tiny_vllm_model_dir, tmp_path, exit_path):
 
 def test_vllm_runs_of_one_config_train_alike():
     """The runs above are one config and seed: with vLLM's per-request seeds their step 0 (prompts, sampled
-    tokens, hence rewards, lengths, losses) is the same (docs/reproducibility.md says where it may not be)."""
+    tokens, hence rewards, lengths, losses) is the same (docs/lifecycle.md, "The same run twice", says where it
+    may not be)."""
     if len(FIRST_STEPS) < 2:
         pytest.skip("needs at least two of the runs above in this session")
     (first_path, first), *others = FIRST_STEPS.items()
