@@ -12,8 +12,8 @@ own loss defaults where the workload does not fix them (both are token-level and
 preset, TRL's `loss_type="dapo"`). TRL generates with transformers' `generate` (its CPU default; `--trl-vllm`
 tries its colocated vLLM mode with this CPU build of vLLM).
 
-The clock starts before a framework builds anything (rlvr: Ray, the vLLM engine, the workers; TRL: loading the
-model), so start-up counts as a user waits for it. At every mark (budget x k / marks) the first step that ends
+The clock starts after the imports, before a framework builds anything (rlvr: Ray, the vLLM engine, the workers;
+TRL: loading the model), so start-up counts as a user waits for it. At every mark (budget x k / marks) the first step that ends
 after it saves the policy's weights; the time spent saving is taken off the clock, and the run stops at the last
 mark. The saved weights and the base model are then scored by one evaluator for both (`python -m rlvr.eval`:
 vLLM, greedy, configs/math.yaml's validation split, 64 prompts), outside every budget; a run's records go to
@@ -91,7 +91,7 @@ def run_rlvr(args, out: Path, name: str) -> None:
     cfg = race_config([f"run.seed={args.seed}", "run.max_steps=100000", "run.eval_every=0", "run.save_every=1",
                        "run.keep_checkpoints=1", f"run.name=race-{name}", f"run.output_dir={out / 'runs'}",
                        "trackers.wandb=false", "trackers.tensorboard=false", *args.overrides])
-    clock = RaceClock(args.budget_min * 60, args.marks, out, name)
+    clock = RaceClock(args.budget_min * 60, args.marks, out, name)  # after the imports, as for TRL
 
     class RacePipeline(RLVRPipeline):
         """Saves only at the marks: a checkpoint, exported as a plain model directory, then deleted."""
@@ -119,7 +119,6 @@ def run_trl(args, out: Path, name: str) -> None:
     from engines import ensure_trl
 
     ensure_trl()  # before transformers is imported: it records at import whether accelerate exists
-    clock = RaceClock(args.budget_min * 60, args.marks, out, name)
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -129,6 +128,7 @@ def run_trl(args, out: Path, name: str) -> None:
     from rlvr.workers.rewards.math_rule import MathRuleRewardWorker
 
     cfg = race_config(args.overrides)
+    clock = RaceClock(args.budget_min * 60, args.marks, out, name)  # after the imports, as for rlvr
     domain = next(iter(cfg.domains))
     reward = MathRuleRewardWorker(domain, **cfg.domains[domain].reward.args)  # the same worker rlvr's domains run
     rows = [json.loads(line) for line in (REPO / cfg.data.train_files[0]).read_text().splitlines()]
