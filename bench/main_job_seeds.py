@@ -16,7 +16,6 @@ training: val_correct, rewards, response lengths, the losses).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import statistics
@@ -26,6 +25,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from rlvr.report.run_data import load_run  # noqa: E402
+
 CONFIG = "configs/math_code_mix.yaml"
 COMPARED = re.compile(r"^(val_correct/|[^/]+/reward/mean$|[^/]+/response_length/mean$|actor/(pg_loss|entropy|"
                       r"grad_norm|kl)$)")
@@ -46,8 +48,7 @@ def run_main_job(seed: int, label: str, overrides: list[str]) -> Path:
 def per_prompt(run: Path) -> dict[int, dict[tuple[str, str], bool]]:
     """step -> (domain, prompt) -> correct, over the scored validation samples."""
     out: dict[int, dict[tuple[str, str], bool]] = {}
-    for line in (run / "val_samples.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in load_run(run).val_samples:
         if r.get("status", "ok") == "ok":
             out.setdefault(r["step"], {})[(r["domain"], r["prompt"])] = bool(r["correct"])
     return out
@@ -80,8 +81,7 @@ def rise_table(runs: dict[str, Path]) -> None:
 
 def records(run: Path) -> dict[int, dict]:
     out: dict[int, dict] = {}
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in load_run(run).records:
         out.setdefault(r["step"], {}).update(r)
     return out
 

@@ -42,6 +42,8 @@ from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from learning import mean_se  # noqa: E402
 CONFIG = "configs/math.yaml"
 THRESHOLDS = (0.10, 0.20)
 
@@ -115,7 +117,6 @@ def run_rlvr(args, out: Path, name: str) -> None:
 
 # ------------------------------------------------------------------------------------------------- one TRL run
 def run_trl(args, out: Path, name: str) -> None:
-    sys.path.insert(0, str(REPO / "bench"))
     from engines import ensure_trl
 
     ensure_trl()  # before transformers is imported: it records at import whether accelerate exists
@@ -179,10 +180,11 @@ def evaluate(models: list[Path], overrides: list[str]) -> dict[str, dict[str, fl
     found = re.search(r"^eval directory: (.+)$", done.stdout, re.M)
     if done.returncode or not found:
         raise RuntimeError(f"rlvr.eval failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    from rlvr.report.run_data import load_run
+
     scores = {}
     for model in models:
-        lines = (Path(found[1]) / model.name / "metrics.jsonl").read_text().splitlines()
-        records = [json.loads(line) for line in lines]
+        records = load_run(Path(found[1]) / model.name).records
         scores[model.name] = {k: v for r in records for k, v in r.items() if k.startswith("val_correct/")}
     shutil.rmtree(found[1], ignore_errors=True)
     return scores
@@ -219,11 +221,6 @@ def race_seed(args, seed: int, work: Path, with_base: bool) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------------------ tables
-def mean_se(values: list[float]) -> tuple[float, float]:
-    mean = statistics.fmean(values)
-    return mean, (statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0)
-
-
 def fmt(values: list[float], digits: int = 3) -> str:
     if not values:
         return "-"

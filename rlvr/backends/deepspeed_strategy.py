@@ -172,8 +172,8 @@ class DeepSpeedStrategy(TrainStrategy):
     # ------------------------------------------------------------------ checkpoints
     def save(self, directory: str) -> None:
         """Collective. <dir>/deepspeed: DeepSpeed's checkpoint (module and optimizer states, one file per rank;
-        under ZeRO-2 without any weights: `_weights_left_out`); <dir>/train_state_rank<r>.pt: LR schedule and RNG states;
-        <dir>/model: a plain HF model (config + safetensors, fp32 masters) written by rank 0, or under LoRA
+        under ZeRO-2 without any weights: `_weights_left_out`); <dir>/train_state_rank<r>.pt: LR schedule and RNG
+        states; <dir>/model: a plain HF model (config + safetensors, fp32 masters) written by rank 0, or under LoRA
         <dir>/adapter: the adapters only (rlvr/backends/lora.py)."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
