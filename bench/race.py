@@ -13,9 +13,9 @@ preset, TRL's `loss_type="dapo"`). TRL generates with transformers' `generate` (
 tries its colocated vLLM mode with this CPU build of vLLM).
 
 The clock starts after the imports, before a framework builds anything (rlvr: Ray, the vLLM engine, the workers;
-TRL: loading the model), so start-up counts as a user waits for it. At every mark (budget x k / marks) the first step that ends
-after it saves the policy's weights; the time spent saving is taken off the clock, and the run stops at the last
-mark. The saved weights and the base model are then scored by one evaluator for both (`python -m rlvr.eval`:
+TRL: loading the model), so start-up counts as a user waits for it. At every mark (budget x k / marks) the first
+step that ends after it saves the policy's weights; the time spent saving is taken off the clock, and the run
+stops at the last mark. The saved weights and the base model are then scored by one evaluator for both (`python -m rlvr.eval`:
 vLLM, greedy, configs/math.yaml's validation split, 64 prompts), outside every budget; a run's records go to
 --out when its seed's evaluation ends, so a bench cut short keeps what it finished.
 
@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 from learning import mean_se  # noqa: E402
+
 CONFIG = "configs/math.yaml"
 THRESHOLDS = (0.10, 0.20)
 
