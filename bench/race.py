@@ -15,9 +15,9 @@ tries its colocated vLLM mode with this CPU build of vLLM).
 The clock starts after the imports, before a framework builds anything (rlvr: Ray, the vLLM engine, the workers;
 TRL: loading the model), so start-up counts as a user waits for it. At every mark (budget x k / marks) the first
 step that ends after it saves the policy's weights; the time spent saving is taken off the clock, and the run
-stops at the last mark. The saved weights and the base model are then scored by one evaluator for both (`python -m rlvr.eval`:
-vLLM, greedy, configs/math.yaml's validation split, 64 prompts), outside every budget; a run's records go to
---out when its seed's evaluation ends, so a bench cut short keeps what it finished.
+stops at the last mark. The saved weights and the base model are then scored by one evaluator for both
+(`python -m rlvr.eval`: vLLM, greedy, configs/math.yaml's validation split, 64 prompts), outside every budget; a
+run's records go to --out when its seed's evaluation ends, so a bench cut short keeps what it finished.
 
 Tables: val_correct/all against the marks' wall-clock (mean +- standard error over seeds), the time each run
 first reaches base + 0.10 and base + 0.20 (at the resolution of the marks: the elapsed time of the first saved
