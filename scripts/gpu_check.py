@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective  # noqa: E402
 from rlvr.algorithms.rollout_correction import LEVELS, CorrectionSettings, correction_weights  # noqa: E402
+from rlvr.backends.bf16_rounding import dithered_bf16  # noqa: E402
 from rlvr.backends.torch_strategy import TorchStrategy  # noqa: E402
 from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch  # noqa: E402
 
@@ -40,7 +41,8 @@ def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None) -> SimpleName
     return SimpleNamespace(torch_threads=None, bf16_autocast=bf16_weights, uses_bf16_weights=bf16_weights,
                            gradient_checkpointing=False, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0,
                            lr_schedule="constant", warmup_steps=0, max_grad_norm=None, mini_batch_size=None,
-                           micro_batch_size=2, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1, lora=None)
+                           micro_batch_size=2, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1, lora=None,
+                           bf16_rounding="dithered")
 
 
 def train_grads(model_dir: str, bf16_weights: bool, device: str,
@@ -66,9 +68,10 @@ def check_precision_and_packing(device: str) -> list[tuple[str, str, str, bool]]
     g_rel = float((g_packed - g32).norm() / g32.norm())
     rel = float((g16 - g32).norm() / g32.norm())
     masters_fp32 = all(m.dtype == torch.float32 for m in bf16.masters.values())
-    rounded = all(torch.equal(p, bf16.masters[n].to(torch.bfloat16)) for n, p in bf16.model.named_parameters())
+    rounded = all(torch.equal(p, dithered_bf16(bf16.masters[n], bf16.thresholds[n]))
+                  for n, p in bf16.model.named_parameters())
     return [("bf16 weights: gradient vs fp32", f"rel diff {rel:.2e}", "< 5e-2", rel < 5e-2),
-            ("bf16 weights: masters stay fp32", f"fp32 {masters_fp32}, module = rounding {rounded}", "both true",
+            ("bf16 weights: masters stay fp32", f"fp32 {masters_fp32}, module = dithered {rounded}", "both true",
              masters_fp32 and rounded),
             ("packed vs padded: logprobs, gradient", f"{lp_diff:.1e} abs, {g_rel:.1e} rel", "< 1e-4, < 1e-4",
              lp_diff < 1e-4 and g_rel < 1e-4)]

@@ -11,7 +11,9 @@ mini-batch). What DeepSpeed adds, and how it keeps the update independent of the
 Precision (from `cfg.bf16_autocast` and `cfg.uses_bf16_weights`, as TorchStrategy's):
   * bf16_autocast=False: fp32 weights and compute.
   * bf16_autocast=True, bf16_weights=True (default): DeepSpeed bf16, i.e. bf16 module weights and compute,
-    fp32 master weights and optimizer states in the ZeRO optimizer, gradient accumulation in fp32.
+    fp32 master weights and optimizer states in the ZeRO optimizer, gradient accumulation in fp32. After each
+    step the masters are rounded into the module by dithered rounding (rlvr/backends/bf16_rounding.py), over
+    DeepSpeed's round-to-nearest copy, unless `cfg.bf16_rounding` is "nearest".
   * bf16_autocast=True, bf16_weights=False: fp32 weights with DeepSpeed's `torch_autocast` (bf16 compute), the
     numerics of TorchStrategy's autocast, fp32 communication; `forward_logprobs(autocast=False)` is then a full fp32
     forward (what the weight-sync check against an fp32 inference engine needs).
@@ -28,6 +30,7 @@ from pathlib import Path
 import torch
 
 from rlvr.backends import dist as rdist
+from rlvr.backends.bf16_rounding import dither_thresholds, dithered_bf16
 from rlvr.backends.train_strategy import CAUSAL_LM, ModelSpec, TrainStrategy, lr_lambda, rng_states, set_rng_states
 from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
@@ -79,6 +82,12 @@ class DeepSpeedStrategy(TrainStrategy):
             model.eval().requires_grad_(False)
             self.engine, _, _, _ = deepspeed.initialize(model=model, config=self.ds_config)
         self.module = self.engine.module
+        self.thresholds: list[torch.Tensor] = []
+        if trainable and self.precision == "bf16" and cfg.bf16_rounding == "dithered":
+            # one threshold per element of this rank's fp32 partitions, from the seed and the rank
+            generator = torch.Generator().manual_seed(seed * 65_536 + rank)
+            self.thresholds = [dither_thresholds(master.shape, generator).to(master.device)
+                               for master, _ in self._partitions()]
 
     # ------------------------------------------------------------------ config
     def _ds_config(self) -> dict:
@@ -138,9 +147,50 @@ class DeepSpeedStrategy(TrainStrategy):
 
     def _optimizer_step(self) -> float:
         self.engine.step()
+        self._round_masters_into_module()
         self.engine.set_gradient_accumulation_boundary(None)  # back to DeepSpeed's own counting
         grad_norm = self.engine.get_global_grad_norm()  # global, before clipping, the same on every rank
         return float(grad_norm) if grad_norm is not None else float("nan")
+
+    # ------------------------------------------------------------------ dithered rounding of the masters
+    def _partitions(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(fp32 master partition, the bf16 flat partition the module's parameters view) of this rank, per
+        parameter group: what ZeRO's own round-to-nearest copies after a step."""
+        optimizer = self.engine.optimizer
+        if self.zero_stage == 3:
+            return [(master, low) for master, low in zip(optimizer.fp32_partitioned_groups_flat,
+                                                         optimizer.fp16_partitioned_groups_flat) if low is not None]
+        pairs = []
+        for i, master in enumerate(optimizer.single_partition_of_fp32_groups):
+            own = torch.distributed.get_rank(group=optimizer.real_dp_process_group[i])
+            pairs.append((master, optimizer.parallel_partitioned_bit16_groups[i][own]))
+        return pairs
+
+    @torch.no_grad()
+    def _round_masters_into_module(self) -> None:
+        """Each rank rounds its partitions, then the ranks all-gather what DeepSpeed's own step gathers: under
+        ZeRO-2 the module's bf16 weights, under ZeRO-3 its persistent parameters (those under
+        stage3_param_persistence_threshold stay gathered; the rest are gathered from the partitions at each
+        forward)."""
+        if not self.thresholds:
+            return
+        optimizer = self.engine.optimizer
+        if self.zero_stage == 3:  # as its step does: release gathered copies, so that the gather below refreshes them
+            optimizer._partition_all_parameters()
+        for (master, low), thresholds in zip(self._partitions(), self.thresholds):
+            low.copy_(dithered_bf16(master, thresholds))
+        if self.zero_stage == 3:
+            if optimizer.persistent_parameters:
+                optimizer.persistent_parameters[0].all_gather(optimizer.persistent_parameters)
+            optimizer.invalidate_secondary_tensor()
+        else:
+            from deepspeed.runtime.zero.stage_1_and_2 import all_gather_dp_groups
+
+            all_gather_dp_groups(groups_flat=optimizer.bit16_groups_flat,
+                                 partitioned_param_groups=optimizer.parallel_partitioned_bit16_groups,
+                                 dp_process_group=optimizer.real_dp_process_group,
+                                 start_alignment_factor=optimizer.nccl_start_alignment_factor,
+                                 allgather_bucket_size=optimizer.allgather_bucket_size)
 
     # ------------------------------------------------------------------ weights
     def _named(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -262,6 +312,7 @@ class DeepSpeedStrategy(TrainStrategy):
             if load_path is None:
                 raise FileNotFoundError(f"{path / 'deepspeed'}: no DeepSpeed checkpoint tagged {CKPT_TAG!r}")
             self._masters_from_export(exact)
+            self._round_masters_into_module()
             self.scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"])
 

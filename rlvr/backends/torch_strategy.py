@@ -6,8 +6,10 @@ Precision (`cfg.bf16_autocast`, `cfg.uses_bf16_weights`), as DeepSpeed's modes:
   * autocast: fp32 weights, bf16 compute under torch.autocast (every matmul casts its fp32 weight first).
   * bf16 weights: the module is bf16, so forward and backward run in bf16 with no casts (AMX on CPUs that have
     it, tensor cores on GPUs); the optimizer updates fp32 master copies, and gradients accumulate over a
-    mini-batch's micro-batches in fp32 on the masters. After each step the masters are rounded into the module.
-    Weights for actor_infer come from the masters unless asked for in bf16.
+    mini-batch's micro-batches in fp32 on the masters. After each step the masters are rounded into the module,
+    by dithered rounding (rlvr/backends/bf16_rounding.py: round-to-nearest freezes a module whose weights start on
+    the bf16 grid at small learning rates) unless `cfg.bf16_rounding` is "nearest". Weights for actor_infer come
+    from the masters unless asked for in bf16 (then the module's, which is what the trainer computed with).
 
 Device-agnostic: CUDA when present, CPU otherwise. The update loop and its normalisation by the *global* token
 (and sequence) count of each mini-batch are shared with the deepspeed strategy (rlvr/backends/train_strategy.py).
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from rlvr.backends.bf16_rounding import dither_thresholds, dithered_bf16
 from rlvr.backends.train_strategy import (CAUSAL_LM, LossFn, ModelSpec, TrainStrategy, lr_lambda, rng_states,
                                           set_rng_states)
 from rlvr.data.batch import TrainBatch
@@ -46,8 +49,14 @@ class TorchStrategy(TrainStrategy):
         if self.bf16_weights and trainable:  # fp32 copies of what trains, before the module is rounded to bf16
             self.masters = {name: torch.nn.Parameter(p.detach().float().clone())
                             for name, p in self.model.named_parameters() if p.requires_grad}
+        self.thresholds: dict[str, torch.Tensor] = {}
+        if self.masters and cfg.bf16_rounding == "dithered":  # its own generator: the global RNG stays as seeded
+            generator = torch.Generator().manual_seed(seed)
+            self.thresholds = {name: dither_thresholds(m.shape, generator).to(self.device)
+                               for name, m in self.masters.items()}
         if self.bf16_weights:
             self.model.to(torch.bfloat16)
+            self._round_masters_into_module()
         if not trainable:
             self.model.eval().requires_grad_(False)
             return
@@ -102,12 +111,17 @@ class TorchStrategy(TrainStrategy):
         params = self._trained_parameters()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm or float("inf"))
         self.optimizer.step()
-        if self.bf16_weights:
-            module = dict(self.model.named_parameters())
-            with torch.no_grad():
-                for name, master in self.masters.items():
-                    module[name].copy_(master)  # round to nearest bf16
+        self._round_masters_into_module()
         return float(grad_norm)
+
+    def _round_masters_into_module(self) -> None:
+        module = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, master in self.masters.items():
+                if name in self.thresholds:
+                    module[name].copy_(dithered_bf16(master, self.thresholds[name]))
+                else:
+                    module[name].copy_(master)  # round to nearest bf16
 
     def _named(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """The masters are the exact weights, the module their bf16 rounding."""
@@ -139,8 +153,10 @@ class TorchStrategy(TrainStrategy):
         with torch.no_grad():
             for name, master in self.masters.items():
                 master.copy_(state_dict[name])
-        # cast to the module's dtype; under LoRA the trained tensors only (the frozen base is as loaded)
+        # cast to the module's dtype; under LoRA the trained tensors only (the frozen base is as loaded); then the
+        # trained ones rounded from their masters as every step rounds them
         self.model.load_state_dict(state_dict, strict=self.lora is None)
+        self._round_masters_into_module()
         self.optimizer.load_state_dict(optimizer)
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_states(state["rng"])

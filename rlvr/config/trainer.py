@@ -75,6 +75,11 @@ class TrainerConfig(Strict):
     # matmuls without autocast's casts, half the weight memory. false -> fp32 weights under bf16 autocast (an
     # fp32 forward stays possible, for the weight-sync check). None: true for deepspeed, false for torch.
     bf16_weights: bool | None = None
+    # With bf16 weights, how the fp32 masters are rounded into the bf16 module after each step (both strategies):
+    # "dithered" (a fixed random threshold per weight, rlvr/backends/bf16_rounding.py) moves the module as far as
+    # the masters on average; "nearest" (DeepSpeed's own) leaves weights that start on the bf16 grid frozen until
+    # their updates cross half a bf16 step (at lr 1e-5 ~25 steps for a weight of 0.1): docs/precision.md.
+    bf16_rounding: Literal["dithered", "nearest"] = "dithered"
     gradient_checkpointing: bool = False  # recompute activations in backward to save memory
     torch_threads: int | None = None  # CPU threads of the trainer (None: every core)
     lora: LoraConfig | None = None  # low-rank adapters instead of full fine-tuning (None: every weight trains)

@@ -101,7 +101,7 @@ def _rank_main(rank: int, world_size: int, port: int, model_dir: str, out_dir: s
         grads, metrics = deepspeed_step_capturing_grads(s, lambda: s.train_step(batch, loss_fn))
         after = s.named_parameters_for_sync(torch.float32)
         result = dict(before=before, after=after, grads=grads, metrics=metrics, logprobs=logprobs,
-                      logprobs_fp32=logprobs_fp32)
+                      logprobs_fp32=logprobs_fp32, module=s.named_parameters_for_sync(torch.bfloat16))
         if job.get("roundtrip"):
             ckpt = str(Path(out_dir) / f"ckpt_{job['name']}")
             result.update(save_step_load_step(s, ckpt, lambda: s.train_step(batch, loss_fn)))
@@ -249,6 +249,25 @@ def test_save_step_load_restores_the_saved_state(results, job):
         for optim in ds.glob("*optim_states.pt"):
             saved = torch.load(optim, weights_only=False)["optimizer_state_dict"]
             assert SINGLE_PARTITION_OF_FP32_GROUPS not in saved and saved["base_optimizer_state"]["state"], optim
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j["bf16"] and j.get("bf16_weights", True) and not j.get("lora")],
+                         ids=lambda j: j["name"])
+def test_the_bf16_module_is_the_dithered_rounding_of_the_masters(results, job):
+    """After the step the module holds, for every weight, one of the two bf16 neighbours of its fp32 master, and
+    not always the nearest one (rlvr/backends/bf16_rounding.py over DeepSpeed's round-to-nearest copy): the step
+    moved the masters by ~lr / 2 = 5e-4 against bf16 steps of ~1e-4, so the nearest is the other neighbour for
+    about half the weights that moved."""
+    for runs in results[:2]:
+        r = runs[job["name"]][0]
+        differs = total = 0
+        for name, master in r["after"].items():
+            module = r["module"][name].float()
+            step = torch.ldexp(torch.ones_like(master), torch.frexp(master.abs()).exponent - 8)
+            assert bool(((module - master).abs() <= step).all()), name
+            differs += int((r["module"][name] != master.to(torch.bfloat16)).sum())
+            total += master.numel()
+        assert 0.05 * total < differs < 0.95 * total
 
 
 @pytest.mark.parametrize("stage", [2, 3])

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
+from rlvr.backends.bf16_rounding import dithered_bf16
 from rlvr.backends.torch_strategy import TorchStrategy
 from rlvr.config.base import ConfigError
 from rlvr.config.load import config_from_dict
@@ -59,7 +60,7 @@ def test_a_step_updates_the_masters_and_rounds_them_into_the_module(tiny_llama):
     moved = max(float((m.detach() - before[k]).abs().max()) for k, m in s.masters.items())
     assert moved == pytest.approx(LR, rel=0.05)  # Adam's first step: lr * sign(g)
     for name, p in s.model.named_parameters():
-        assert torch.equal(p, s.masters[name].to(torch.bfloat16)), name
+        assert torch.equal(p, dithered_bf16(s.masters[name], s.thresholds[name])), name
         assert p.grad is None  # the gradient lives on the master only
     # steps smaller than bf16's resolution still add up in the masters
     assert any(not torch.equal(m, m.to(torch.bfloat16).float()) for m in s.masters.values())
@@ -107,3 +108,37 @@ def test_the_key_moved_from_the_deepspeed_section():
     assert not ActorTrainConfig().uses_bf16_weights  # torch: autocast over fp32 weights unless asked
     assert ActorTrainConfig(strategy="deepspeed").uses_bf16_weights
     assert not ActorTrainConfig(bf16_autocast=False, bf16_weights=True).uses_bf16_weights
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_on_the_bf16_grid(tmp_path_factory, tiny_llama) -> str:
+    """The tiny Llama with every weight an exact bf16 value, as the default model's are, and none below 0.05 in
+    magnitude (bf16 steps of at least 1.2e-4, as for most of the default model's weights)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_((torch.where(p < 0, -1.0, 1.0) * p.abs().clamp(min=0.05)).to(torch.bfloat16))
+    out = tmp_path_factory.mktemp("tiny-llama-bf16-grid")
+    model.save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "dithered"])
+def test_a_small_step_moves_the_module_only_under_dithered_rounding(tiny_llama_on_the_bf16_grid, rounding):
+    """lr 1e-5 against bf16 steps of 1.2e-4 and more: round-to-nearest leaves the whole module where it was
+    (the freeze that kept bf16 runs from learning), dithered rounding flips about lr / step of the weights."""
+    cfg = ActorTrainConfig(lr=1e-5, micro_batch_size=4, bf16_autocast=True, bf16_weights=True, max_grad_norm=None,
+                           bf16_rounding=rounding)
+    s = TorchStrategy(tiny_llama_on_the_bf16_grid, cfg, total_steps=4, seed=0)
+    before = {k: p.detach().clone() for k, p in s.model.named_parameters()}
+    assert all(torch.equal(before[k], m.to(torch.bfloat16)) for k, m in s.masters.items())  # starts as loaded
+    train(s)
+    changed = sum(int((p != before[k]).sum()) for k, p in s.model.named_parameters())
+    total = sum(p.numel() for p in before.values())
+    print(f"{rounding}: {changed} of {total} bf16 weights changed")
+    if rounding == "nearest":
+        assert changed == 0
+    else:
+        assert 0.01 * total < changed < 0.5 * total
