@@ -6,11 +6,14 @@
 The same for both, taken from one loaded rlvr config (configs/math.yaml and the key=value overrides), so they
 cannot drift apart: the model (SmolLM2-135M-Instruct), the shipped math train data (each framework shuffles it
 with the run's seed), prompts per step, group size, sampling temperature, maximum response length, learning rate
-(constant), fp32, one optimizer step per rollout, no KL term, and the reward: rlvr's MathRuleRewardWorker
+(constant), the precision, one optimizer step per rollout, no KL term, and the reward: rlvr's MathRuleRewardWorker
 (math-verify, last-number fallback), which TRL calls in its own process through the same `score`. Each keeps its
 own loss defaults where the workload does not fix them (both are token-level and clip at 0.2: rlvr's `grpo`
 preset, TRL's `loss_type="dapo"`). TRL generates with transformers' `generate` (its CPU default; `--trl-vllm`
-tries its colocated vLLM mode with this CPU build of vLLM).
+tries its colocated vLLM mode with this CPU build of vLLM). The precision is the config's: bf16 as shipped since
+2026-11-26 (rlvr: bf16 weights over fp32 masters; TRL: `bf16=True`, the HF Trainer's autocast over fp32 weights,
+its only bf16 training mode), fp32 with `actor_train.bf16_autocast=false generation.dtype=float32` (how the race
+in docs/race.md ran).
 
 The clock starts after the imports, before a framework builds anything (rlvr: Ray, the vLLM engine, the workers;
 TRL: loading the model), so start-up counts as a user waits for it. At every mark (budget x k / marks) the first
@@ -156,7 +159,7 @@ def run_trl(args, out: Path, name: str) -> None:
 
     group, prompts = cfg.rollout.group_size, cfg.rollout.prompts_per_step
     config = GRPOConfig(
-        output_dir=str(out / f"trl-work-{name}"), use_cpu=True, bf16=False, max_steps=100000, seed=args.seed,
+        output_dir=str(out / f"trl-work-{name}"), use_cpu=True, bf16=cfg.actor_train.bf16_autocast, max_steps=100000, seed=args.seed,
         per_device_train_batch_size=prompts * group, gradient_accumulation_steps=1, num_generations=group,
         max_completion_length=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
         learning_rate=cfg.actor_train.lr, lr_scheduler_type="constant", beta=0.0, logging_steps=1,

@@ -72,7 +72,10 @@ def test_main_command_runs_and_logs_to_all_trackers(main_run):
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert resolved["generation"]["engine"] == "vllm" and resolved["actor_train"]["strategy"] == "deepspeed"
     diffs = [r["actor/weight_sync_logprob_max_diff"] for r in records if "actor/weight_sync_logprob_max_diff" in r]
-    assert len(diffs) >= 2 and max(diffs) < 1e-3
+    # bf16 (shipped): the engine's and DeepSpeed's bf16 kernels round differently, so only a gross difference (a
+    # weight that did not arrive moves logprobs by several nats) fails; fp32 agrees to float rounding
+    assert resolved["generation"]["dtype"] == "bfloat16" and resolved["actor_train"]["bf16_weights"]
+    assert len(diffs) >= 2 and max(diffs) < 0.5
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -106,7 +109,7 @@ def test_console_is_quiet_and_ends_with_the_summary(main_run):
     assert re.search(r"^  model +smollm2-135m-instruct$", text, re.M)
     assert re.search(r"domains +math +4 prompts/step +MathRuleRewardWorker x1$", text, re.M)
     assert re.search(r"^ +judge +2 prompts/step +LLMJudgeRewardWorker x1 \(local judge server\)$", text, re.M)
-    assert re.search(r"^  engines +generation vllm x1 \(float32\) \| training deepspeed ZeRO-2", text, re.M)
+    assert re.search(r"^  engines +generation vllm x1 \(bfloat16\) \| training deepspeed ZeRO-2", text, re.M)
     assert f"run dir    {main_run.run_dir}" in text
     val_lines = [l for l in lines if l.startswith("validation @ step")]
     assert [l.split(":")[0] for l in val_lines] == ["validation @ step 0", "validation @ step 2"]
@@ -126,9 +129,9 @@ def test_console_is_quiet_and_ends_with_the_summary(main_run):
     assert f"report: {main_run.run_dir / 'report' / 'index.html'}" in text
 
 
-# The main job's samples carry no behaviour logprobs (generation.return_logprobs is off, no correction), so it logs
-# no rollout_corr/* and the report draws no mismatch plot: every other plot has data.
-MAIN_JOB_PLOTS = set(PLOTS) - {"rollout_corr"}
+# The main job corrects the engine-trainer bf16 mismatch (algorithm.rollout_correction.is_level: token), so its
+# samples carry behaviour logprobs, it logs rollout_corr/* and the report draws every plot with data.
+MAIN_JOB_PLOTS = set(PLOTS)
 
 
 def test_report_files_and_logs(main_run):
