@@ -159,7 +159,8 @@ def run_trl(args, out: Path, name: str) -> None:
 
     group, prompts = cfg.rollout.group_size, cfg.rollout.prompts_per_step
     config = GRPOConfig(
-        output_dir=str(out / f"trl-work-{name}"), use_cpu=True, bf16=cfg.actor_train.bf16_autocast, max_steps=100000, seed=args.seed,
+        output_dir=str(out / f"trl-work-{name}"), use_cpu=True, bf16=cfg.actor_train.bf16_autocast, max_steps=100000,
+        seed=args.seed,
         per_device_train_batch_size=prompts * group, gradient_accumulation_steps=1, num_generations=group,
         max_completion_length=cfg.generation.max_new_tokens, temperature=cfg.generation.temperature,
         learning_rate=cfg.actor_train.lr, lr_scheduler_type="constant", beta=0.0, logging_steps=1,
