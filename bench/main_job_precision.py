@@ -25,8 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.main_job_seeds import run_main_job  # noqa: E402
-from rlvr.report.run_data import load_run  # noqa: E402
+from bench.learning import step_times  # noqa: E402
+from bench.main_job_seeds import records, run_main_job  # noqa: E402
 
 PRECISIONS = {
     "fp32": ["actor_train.bf16_autocast=false", "generation.dtype=float32",
@@ -38,11 +38,7 @@ PRECISIONS = {
 
 def median_step(run: Path) -> float:
     """Median over the training steps after step 0 (warm-up) of time/step - time/val."""
-    steps = {}
-    for r in load_run(run).records:
-        if "time/step" in r and r["step"] > 0:
-            steps[r["step"]] = r["time/step"] - r.get("time/val", 0.0)
-    return statistics.median(steps.values())
+    return statistics.median(step_times(records(run)))
 
 
 def main() -> None:
