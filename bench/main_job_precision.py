@@ -1,18 +1,20 @@
 """The main job in fp32 against bf16, side by side: the README's main command as typed, each precision in a process
 of its own, alternating (fp32, bf16, fp32, bf16, ...) so that the machine's drift hits both alike.
 
-    .venv/bin/python bench/main_job_precision.py [--rounds 1] [key=value ...]
+    .venv/bin/python bench/main_job_precision.py [--rounds 1] [--variants fp32 bf16 ...] [key=value ...]
 
-The two configurations, on top of configs/math_code_mix.yaml as shipped (the overrides are added to both):
+The configurations, on top of configs/math_code_mix.yaml as shipped (the overrides are added to every one):
 
   fp32   actor_train.bf16_autocast=false generation.dtype=float32 algorithm.rollout_correction.is_level=null
          (the configuration shipped before bf16: no correction, so no old-logprob forward)
   bf16   actor_train.bf16_autocast=true actor_train.bf16_weights=true generation.dtype=bfloat16
          algorithm.rollout_correction.is_level=token (as shipped since 2026-11-26)
+  bf16-torch     bf16 with the one-process torch strategy instead of DeepSpeed ZeRO-2
+  bf16-compiled  bf16 with vLLM compiled (generation.vllm.enforce_eager=false) instead of eager
 
 Printed per run: the command's wall-clock seconds (start-up, validations and saving included: what a user waits
 for) and the median training step (steps 1.., validation excluded, from metrics.jsonl's time/step - time/val);
-then per precision the medians over its runs, and bf16 / fp32 for both.
+then per variant the medians over its runs, and each variant / fp32 for both.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ sys.path.insert(0, str(REPO))
 from bench.learning import step_times  # noqa: E402
 from bench.main_job_seeds import records, run_main_job  # noqa: E402
 
-PRECISIONS = {
+BF16 = ["actor_train.bf16_autocast=true", "actor_train.bf16_weights=true", "generation.dtype=bfloat16",
+        "algorithm.rollout_correction.is_level=token"]
+VARIANTS = {
     "fp32": ["actor_train.bf16_autocast=false", "generation.dtype=float32",
              "algorithm.rollout_correction.is_level=null"],
-    "bf16": ["actor_train.bf16_autocast=true", "actor_train.bf16_weights=true", "generation.dtype=bfloat16",
-             "algorithm.rollout_correction.is_level=token"],
+    "bf16": BF16,
+    "bf16-torch": [*BF16, "actor_train.strategy=torch"],
+    "bf16-compiled": [*BF16, "generation.vllm.enforce_eager=false"],
 }
 
 
@@ -43,14 +48,18 @@ def median_step(run: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=1, help="runs of each precision, alternating")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each variant, alternating")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["fp32", "bf16"],
+                        help="fp32 (the baseline of the ratios) is always run")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_args()
 
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in PRECISIONS}
+    names = ["fp32", *(v for v in args.variants if v != "fp32")]
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for round_ in range(args.rounds):
-        for name, overrides in PRECISIONS.items():
+        for name in names:
+            overrides = VARIANTS[name]
             began = time.perf_counter()
             run = run_main_job(args.seed, f"{name}-{round_}", [*overrides, *args.overrides])
             results[name].append((time.perf_counter() - began, median_step(run)))
@@ -58,13 +67,12 @@ def main() -> None:
                   f"{results[name][-1][1]:.1f} s  ({run})", flush=True)
 
     print(f"\nthe main job (configs/math_code_mix.yaml, seed {args.seed}), {args.rounds} run(s) of each, alternating")
-    print(f"{'precision':<10} {'command s':>10} {'median step s':>14}")
+    print(f"{'variant':<14} {'command s':>10} {'median step s':>14} {'command / fp32':>15} {'step / fp32':>12}")
     medians = {name: (statistics.median(c for c, _ in rows), statistics.median(s for _, s in rows))
                for name, rows in results.items()}
+    base_command, base_step = medians["fp32"]
     for name, (command, step) in medians.items():
-        print(f"{name:<10} {command:>10.0f} {step:>14.1f}")
-    print(f"{'bf16/fp32':<10} {medians['bf16'][0] / medians['fp32'][0]:>9.2f}x "
-          f"{medians['bf16'][1] / medians['fp32'][1]:>13.2f}x")
+        print(f"{name:<14} {command:>10.0f} {step:>14.1f} {command / base_command:>14.2f}x {step / base_step:>11.2f}x")
 
 
 if __name__ == "__main__":
