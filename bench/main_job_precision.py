@@ -1,5 +1,5 @@
-"""The main job in fp32 against bf16, side by side: the README's main command as typed, each precision in a process
-of its own, alternating (fp32, bf16, fp32, bf16, ...) so that the machine's drift hits both alike.
+"""The main job in fp32 against bf16, side by side: the README's main command as typed, each configuration in a
+process of its own, alternating (fp32, bf16, ..., fp32, bf16, ...) so that the machine's drift hits all alike.
 
     .venv/bin/python bench/main_job_precision.py [--rounds 1] [--variants fp32 bf16 ...] [key=value ...]
 
