@@ -12,6 +12,7 @@ import torch
 
 from rlvr.algorithms.kl import kl_penalty
 from rlvr.algorithms.policy_loss import aggregate_loss, behaviour_weights, gspo_loss, ppo_clip_loss, topr_loss
+from rlvr.algorithms.rollout_correction import CorrectionSettings, correction_weights
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class ObjectiveSettings:
     max_response_len: int | None = None  # for seq-mean-token-sum-norm
     decoupled: bool = False  # decoupled PPO: old_logp is the proximal policy, behav_logp weights the tokens
     behaviour_weight_cap: float = 2.0
+    # Truncated IS weights of the rollout correction computed here, from this forward's own logprobs, when the
+    # batch does not bring them: in the on-policy single update those *are* the trainer's logprobs before the
+    # update, so the driver needs no forward pass of its own for them (IS only: rejection changes the loss's
+    # denominator, which must be known before the first micro-batch).
+    rollout_is: CorrectionSettings | None = None
 
 
 def actor_objective(
@@ -53,6 +59,9 @@ def actor_objective(
         # driver. With the decoupled loss it is the same ratio (pi_prox = the trainer's weights before this
         # update), so it takes the place of the behaviour weights.
         pg = pg * tensors["rollout_is_weights"]
+    elif settings.rollout_is is not None:
+        weights, _, _ = correction_weights(logp.detach(), tensors["behav_logp"], mask, settings.rollout_is)
+        pg = pg * weights
     elif settings.decoupled:
         weights, w_stats = behaviour_weights(old_logp, tensors["behav_logp"], mask, settings.behaviour_weight_cap)
         pg = pg * weights

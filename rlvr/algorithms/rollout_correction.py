@@ -36,7 +36,7 @@ ROLL `train_infer_correction`, ms-swift `rollout_importance_sampling_mode`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -58,6 +58,11 @@ class CorrectionSettings:
     @property
     def active(self) -> bool:
         return self.is_level is not None or self.rs_level is not None
+
+    @classmethod
+    def from_fields(cls, source: object) -> CorrectionSettings:
+        """From any object with attributes of these names (the config's `algorithm.rollout_correction`)."""
+        return cls(**{f.name: getattr(source, f.name) for f in fields(cls)})
 
 
 def _per_sequence(d: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -271,22 +271,31 @@ class TrainStrategy(abc.ABC):
         if loss_positions_only:
             mask = batch["loss_mask"][self.rank :: self.world_size]
             local[: len(mask)] *= mask
+        return self._all_rows(local, b)
+
+    def _all_rows(self, local: torch.Tensor, b: int) -> torch.Tensor:
+        """The batch's [b, ...] rows from each rank's `local` rows (rank r holds rows r::world_size).
+        Collective when world_size > 1."""
         if self.world_size == 1:
             return local[:b]
         gathered = [torch.zeros_like(local, device=self.device) for _ in range(self.world_size)]
         torch.distributed.all_gather(gathered, local.to(self.device))
-        out = torch.zeros(b, width)
+        out = torch.zeros(b, *local.shape[1:])
         for r, part in enumerate(gathered):
             out[r :: self.world_size] = part[: len(range(r, b, self.world_size))].cpu()
         return out
 
     # ------------------------------------------------------------------ training
     def train_step(self, batch: TrainBatch, loss_fn: LossFn, *, temperature: float = 1.0,
-                   need_entropy_grad: bool = False, step_lr: bool = True) -> dict[str, float]:
-        """The policy's update: `update` with logprobs and entropies of the sampled tokens from the logits."""
+                   need_entropy_grad: bool = False, step_lr: bool = True,
+                   record: list[torch.Tensor] | None = None) -> dict[str, float]:
+        """The policy's update: `update` with logprobs and entropies of the sampled tokens from the logits.
+        `record`: each micro-batch's logprobs, detached, appended in the order of the micro-batches."""
         def micro_loss(logits: torch.Tensor, micro: TrainBatch, n_tokens: torch.Tensor, n_seqs: torch.Tensor):
             start = micro["input_ids"].shape[1] - 1 - logits.shape[1]
             logp = token_logprobs(logits, micro["input_ids"][:, 1 + start :], temperature)
+            if record is not None:
+                record.append(logp.detach())
             if need_entropy_grad:
                 entropy = entropy_from_logits(logits.float() / temperature)
             else:
@@ -295,6 +304,27 @@ class TrainStrategy(abc.ABC):
             return loss_fn(logp, entropy, micro, n_tokens, n_seqs)
 
         return self.update(batch, micro_loss, step_lr=step_lr)
+
+    def train_step_with_logprobs(self, batch: TrainBatch, loss_fn: LossFn, **kwargs) -> tuple[dict[str, float],
+                                                                                            torch.Tensor]:
+        """`train_step`, and [B, T-1] logprobs of the loss tokens (0 elsewhere) from the update's own forward: with
+        one optimizer step over the whole batch, the trainer's logprobs before it, as `forward_logprobs` would
+        give them without a pass of their own. Collective when world_size > 1."""
+        if self.cfg.ppo_epochs != 1 or (self.cfg.mini_batch_size or len(batch)) < len(batch):
+            raise ValueError("logprobs from the update need one optimizer step over the whole batch (ppo_epochs 1, "
+                             "no smaller mini_batch_size)")
+        record: list[torch.Tensor] = []
+        metrics = self.train_step(batch, loss_fn, record=record, **kwargs)
+        b, width = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
+        local = torch.zeros(math.ceil(b / self.world_size), width)
+        # the update's micro-batches in its order (an update skipped for want of loss tokens recorded none)
+        for logp, (micro, positions) in zip(record, self._shard(batch)):
+            if positions is not None:  # the micro-batch's columns end at its trimmed width
+                end = micro["input_ids"].shape[1] - 1
+                local[positions, end - logp.shape[1] : end] = logp.float().cpu()
+        mask = batch["loss_mask"][self.rank :: self.world_size]
+        local[: len(mask)] *= mask
+        return metrics, self._all_rows(local, b)
 
     def update(self, batch: TrainBatch, micro_loss: MicroLossFn, *, step_lr: bool = True) -> dict[str, float]:
         """PPO epochs over mini-batches; one optimizer step per mini-batch, one LR-schedule step per call

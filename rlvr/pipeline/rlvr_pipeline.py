@@ -24,7 +24,7 @@ from rlvr.pipeline.faults import FATAL_FAULTS, run_stopped
 from rlvr.pipeline.parts import PipelineParts, build_pipeline
 from rlvr.pipeline.records import RECORD_FILES, rewind_records
 from rlvr.pipeline.rollout import Rollout, by_domain
-from rlvr.pipeline.rollout_correction_step import correct_actor_batch
+from rlvr.pipeline.rollout_correction_step import correct_actor_batch, correction_metrics
 from rlvr.pipeline.schedule import StepSchedule
 from rlvr.pipeline.validation import append_jsonl, validation_results
 from rlvr.report.summary import human_bytes, size_bytes
@@ -158,10 +158,15 @@ class RLVRPipeline:
         if self.step < self.cfg.critic.critic_warmup and self.clusters.critic is not None:
             metrics["actor/critic_warmup"] = 1.0  # only the critic trains this step
             return metrics
+        rc = self.cfg.algorithm.rollout_correction
+        if self.measures_mismatch(batch) and self.cfg.corrects_in_update:  # weights in the update, metrics after
+            with timer("train"):
+                actor_metrics, train_logp = self.clusters.actor_train.train_with_logprobs(batch, step_lr)
+            return {**metrics, **actor_metrics, **correction_metrics(batch, train_logp, rc)}
         if self.measures_mismatch(batch):
             train_logp = batch.get("train_logp")
             batch, corr_metrics = correct_actor_batch(batch, batch["old_logp"] if train_logp is None else train_logp,
-                                                      self.cfg.algorithm.rollout_correction)
+                                                      rc)
             metrics.update(corr_metrics)
         with timer("train"):
             metrics.update(self.clusters.actor_train.train(batch, step_lr))
@@ -184,7 +189,8 @@ class RLVRPipeline:
         if anchor == "actor":
             pending["old_logp"] = (c.actor_train, c.actor_train.compute_logprobs_async(shared))
         else:
-            if self.measures_mismatch(batch):  # the trainer's side of rollout_corr/*, which old_logp is not here
+            # the trainer's side of rollout_corr/*, which old_logp is not here and the update does not give
+            if self.measures_mismatch(batch) and not self.cfg.corrects_in_update:
                 pending["train_logp"] = (c.actor_train, c.actor_train.compute_logprobs_async(shared))
             if anchor == "behaviour":  # data the trainer can no longer recompute
                 batch = batch.with_tensor("old_logp", batch["behav_logp"])
@@ -216,8 +222,7 @@ class RLVRPipeline:
     @property
     def needs_old_logprobs(self) -> bool:
         """With one optimizer step per batch the behaviour policy *is* the current one: no extra forward."""
-        t = self.cfg.actor_train
-        return t.ppo_epochs > 1 or (t.mini_batch_size is not None and t.mini_batch_size < self.cfg.train_batch_size)
+        return not self.cfg.single_update
 
     # ------------------------------------------------------------------ phases
     def model_update(self) -> dict[str, float]:

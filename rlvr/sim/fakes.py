@@ -146,6 +146,11 @@ class SimTrainWorker:
         self.lr_steps += int(step_lr)
         return {"actor/updates": float(updates), "actor/pg_loss": 0.0}
 
+    async def train_with_logprobs(self, batch: TrainBatch, step_lr: bool = True) -> tuple[dict[str, float],
+                                                                                          torch.Tensor]:
+        """The update's own logprobs come with it: no extra time."""
+        return await self.train(batch, step_lr), torch.zeros_like(batch["loss_mask"])
+
     async def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         await self.device.run(self.device.seconds("old_logprobs_s") * len(batch) / self.samples_per_step)
         return torch.zeros_like(batch["loss_mask"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective
+from rlvr.algorithms.rollout_correction import CorrectionSettings
 from rlvr.backends.dist import rendezvous_address
 from rlvr.backends.train_strategy import CAUSAL_LM, ModelSpec, TrainStrategy
 from rlvr.config.root import Config
@@ -83,17 +84,28 @@ class ActorTrainWorker(_PolicyForward):
             clip_eps_high=algo.clip_eps_high, dual_clip_c=algo.dual_clip_c,
             loss_agg_mode=algo.loss_agg_mode, kl_loss_coef=algo.kl_loss_coef, kl_estimator=algo.kl_estimator,
             entropy_coef=algo.entropy_coef, max_response_len=cfg.generation.max_new_tokens,
-            decoupled=algo.decoupled_loss, behaviour_weight_cap=algo.behaviour_weight_cap)
+            decoupled=algo.decoupled_loss, behaviour_weight_cap=algo.behaviour_weight_cap,
+            rollout_is=CorrectionSettings.from_fields(algo.rollout_correction)
+            if cfg.corrects_in_update and algo.rollout_correction.is_level else None)
         self.infer_dtype = getattr(torch, cfg.generation.dtype)
 
     def train(self, batch: TrainBatch, step_lr: bool = True) -> dict[str, float]:
         """One global step, or (step_lr=False, the mini-batch pipeline) a part of one: see `lr_step`."""
-        def loss_fn(logp, entropy, micro, n_tokens, n_seqs):
-            return actor_objective(logp, entropy, micro.tensors, self.settings, n_tokens, n_seqs)
-
-        metrics = self.strategy.train_step(batch, loss_fn, temperature=self.temperature,
-                                           need_entropy_grad=self.settings.entropy_coef != 0, step_lr=step_lr)
+        metrics = self.strategy.train_step(batch, self._loss, **self._train_kwargs(step_lr))
         return {f"actor/{k}": v for k, v in metrics.items()}
+
+    def train_with_logprobs(self, batch: TrainBatch, step_lr: bool = True) -> tuple[dict[str, float], torch.Tensor]:
+        """`train`, and the trainer's logprobs of the loss tokens before it, from its own forward (one update over
+        the batch): what the rollout correction's metrics need when its weights are computed in the update."""
+        metrics, logp = self.strategy.train_step_with_logprobs(batch, self._loss, **self._train_kwargs(step_lr))
+        return {f"actor/{k}": v for k, v in metrics.items()}, logp
+
+    def _loss(self, logp, entropy, micro, n_tokens, n_seqs):
+        return actor_objective(logp, entropy, micro.tensors, self.settings, n_tokens, n_seqs)
+
+    def _train_kwargs(self, step_lr: bool) -> dict:
+        return {"temperature": self.temperature, "need_entropy_grad": self.settings.entropy_coef != 0,
+                "step_lr": step_lr}
 
     def lr_step(self) -> None:
         self.strategy.lr_step()

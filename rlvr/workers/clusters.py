@@ -37,6 +37,9 @@ class TrainerCluster(Cluster):
 class ActorTrainCluster(TrainerCluster):
     """rlvr/workers/actor_train.py ActorTrainWorker."""
 
+    def train_with_logprobs(self, batch: TrainBatch, step_lr: bool = True) -> tuple[dict[str, float], torch.Tensor]:
+        return self.collective("train_with_logprobs", batch, step_lr)
+
     def compute_logprobs_async(self, batch: TrainBatch | ray.ObjectRef) -> Refs:
         return self.collective_async("compute_logprobs", batch)
 

@@ -102,6 +102,10 @@ def _rank_main(rank: int, world_size: int, port: int, model_dir: str, out_dir: s
         after = s.named_parameters_for_sync(torch.float32)
         result = dict(before=before, after=after, grads=grads, metrics=metrics, logprobs=logprobs,
                       logprobs_fp32=logprobs_fp32, module=s.named_parameters_for_sync(torch.bfloat16))
+        if job["name"] == "z2_fp32_uneven":  # a second step, returning its own forward's logprobs
+            expected = s.forward_logprobs(batch, loss_positions_only=True)
+            _, kept = s.train_step_with_logprobs(batch, loss_fn)
+            result.update(update_logprobs=kept, update_logprobs_expected=expected)
         if job.get("roundtrip"):
             ckpt = str(Path(out_dir) / f"ckpt_{job['name']}")
             result.update(save_step_load_step(s, ckpt, lambda: s.train_step(batch, loss_fn)))
@@ -204,6 +208,18 @@ def test_every_rank_reports_the_same_metrics_and_rank0_the_weights(results, job)
     assert r0["metrics"] == r1["metrics"]
     assert torch.equal(r0["logprobs"], r1["logprobs"])
     assert r1["after"] == {} and len(r0["after"]) > 0  # named_parameters_for_sync: full tensors on rank 0 only
+
+
+def test_logprobs_from_the_update_hold_every_ranks_rows(results):
+    """train_step_with_logprobs with ranks of 4 and 3 rows (a padding micro-batch): every rank returns the whole
+    batch's logprobs of the loss tokens, the forward's before the update."""
+    w1, w2, _, _ = results
+    for by_rank in (w1["z2_fp32_uneven"], w2["z2_fp32_uneven"]):
+        for r in by_rank.values():
+            assert r["update_logprobs"].shape == r["update_logprobs_expected"].shape == (7, WIDTH - 1)
+            assert torch.allclose(r["update_logprobs"], r["update_logprobs_expected"], atol=1e-5)
+            per_row = r["update_logprobs"].abs().sum(dim=1)  # row 1 has no loss tokens; each other row has some
+            assert per_row[1] == 0 and bool((per_row[[0, 2, 3, 4, 5, 6]] > 0).all())
 
 
 @pytest.mark.parametrize("job", [j for j in JOBS if j.get("roundtrip")], ids=lambda j: j["name"])

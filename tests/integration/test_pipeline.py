@@ -196,3 +196,22 @@ def test_rollout_correction_measures_and_rejects_in_the_on_policy_update(tiny_mo
         assert record["actor/updates"] == 1
     finally:
         pipeline.close()
+
+
+def test_is_only_correction_weighs_the_tokens_inside_the_update(tiny_model_dir, ray_local, tmp_path):
+    """IS only, on-policy, one update: the actor weighs the tokens from its update's own forward and returns those
+    logprobs (actor_train.train_with_logprobs, through Ray), and the rollout_corr/* metrics come from them."""
+    tree = tiny_config(tiny_model_dir, str(tmp_path), run={"max_steps": 1, "eval_every": 0},
+                       algorithm={"preset": "grpo", "rollout_correction": {"is_level": "token", "is_threshold": 1.5}})
+    pipeline = run_pipeline(tree)
+    try:
+        assert pipeline.cfg.corrects_in_update
+        (record,) = read_metrics(pipeline.run_dir)
+        for key in ("kl", "k3_kl", "chi2_token", "training_ppl", "rollout_is_eff_sample_size", "rollout_is_mean"):
+            assert f"rollout_corr/{key}" in record, key
+        assert record["rollout_corr/training_ppl"] > 1  # the trainer's logprobs, not zeros
+        assert 0 < record["rollout_corr/rollout_is_max"] <= 1.5 + 1e-6  # truncated at is_threshold
+        assert "rollout_corr/rollout_rs_masked_fraction" not in record
+        assert record["actor/updates"] == 1
+    finally:
+        pipeline.close()

@@ -127,6 +127,42 @@ def test_is_weights_scale_each_tokens_term():
     assert float(_objective(batch, TRAIN)) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("level", ["token", "geometric", "sequence"])
+def test_is_weights_from_the_updates_own_logprobs_equal_the_drivers(level):
+    """In the on-policy single update the objective may weigh the tokens itself, from the logprobs it is given
+    (`ObjectiveSettings.rollout_is`): the same loss, value and gradient, as the driver's weights from a forward
+    pass of their own."""
+    rc = RolloutCorrectionConfig(is_level=level, is_threshold=1.5)
+    driver, _ = correct_actor_batch(_batch(), TRAIN, rc)
+    n_tokens, n_seqs = loss_counts(driver)
+    own = ObjectiveSettings(rollout_is=CorrectionSettings.from_fields(rc))
+    losses, grads = [], []
+    for tensors, settings in ((driver.tensors, ObjectiveSettings()), (_batch().tensors, own)):
+        logp = TRAIN.clone().requires_grad_(True)
+        loss, _ = actor_objective(logp, torch.zeros_like(logp), tensors, settings, n_tokens, n_seqs)
+        loss.backward()
+        losses.append(float(loss.detach()))
+        grads.append(logp.grad)
+    assert losses[0] == pytest.approx(losses[1]) and torch.allclose(grads[0], grads[1])
+    if level == "token":  # by hand: d = 0.5, -1.0 | 0.0, 0.5, 2.0, weights truncated at 1.5
+        assert losses[1] == pytest.approx(-(1.5 + E(-1.0) + 1.0 + 1.5 + 1.5) / 5)
+
+
+def test_the_update_weighs_tokens_only_where_it_can():
+    """Its own weights when on-policy with one update and IS only; else (rejection, several updates, stale data,
+    the decoupled loss, a KL in the reward) the driver's forward pass, as before."""
+    on = config_from_dict(_cfg(rollout_correction={"is_level": "token"}))
+    assert on.single_update and on.corrects_in_update
+    assert not config_from_dict(_cfg(rollout_correction={"is_level": "token", "rs_level": "token"})).corrects_in_update
+    tree = {**_cfg(rollout_correction={"is_level": "token"}), "actor_train": {"ppo_epochs": 2}}
+    assert not config_from_dict(tree).single_update and not config_from_dict(tree).corrects_in_update
+    tree = {**_cfg(rollout_correction={"is_level": "token"}, decoupled_loss=True),
+            "overlap": {"one_step_off_policy": True}}
+    assert not config_from_dict(tree).corrects_in_update
+    assert not config_from_dict(_cfg(rollout_correction={"is_level": "token"}, use_kl_in_reward=True)
+                                ).corrects_in_update
+
+
 def test_is_weights_take_the_decoupled_weights_place():
     """Decoupled loss + IS: one weight per token (the rollout correction's), not both multiplied."""
     batch, _ = correct_actor_batch(_batch(), TRAIN, RolloutCorrectionConfig(is_level="token", is_threshold=1.5))
