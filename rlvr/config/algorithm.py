@@ -65,8 +65,10 @@ class RolloutCorrectionConfig(Strict):
     """The rollout-trainer mismatch (rlvr/algorithms/rollout_correction.py, docs/algorithms.md): measured as
     `rollout_corr/*` whenever the samples carry behaviour logprobs, and corrected by truncated (is_*) and/or masked
     (rs_*) importance sampling between the engine's and the trainer's probabilities. Either correction turns on
-    generation.return_logprobs. The trainer's logprobs cost one extra forward pass per step unless the step
-    computes old logprobs anyway (several updates per batch, the decoupled loss)."""
+    generation.return_logprobs. The trainer's logprobs come from the update's own forward in the on-policy single
+    update with IS only (the actor weighs the tokens itself); rejection there costs one extra forward pass per
+    step (its denominator is needed before the update); several updates per batch and the decoupled loss compute
+    old logprobs anyway."""
 
     # truncated IS: each token's policy-gradient term times min(w, is_threshold), w = pi_train / pi_rollout of the
     # token (token), of the sequence's geometric mean (geometric) or of the sequence's product (sequence)
