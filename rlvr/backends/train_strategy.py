@@ -259,8 +259,7 @@ class TrainStrategy(abc.ABC):
         before a micro-batch's first loss column). Collective when world_size > 1: every rank computes its rows,
         the rows are all-gathered, every rank returns the whole."""
         self._set_train_mode(False)
-        b, width = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
-        local = torch.zeros(math.ceil(b / self.world_size), width)
+        local = self._local_rows(batch)
         for micro, positions in self._shard(batch):
             start = micro.first_loss_column() if loss_positions_only else 0
             out = self._forward(micro, train=False, autocast=autocast, start=start)
@@ -268,14 +267,20 @@ class TrainStrategy(abc.ABC):
                 continue
             cols = head(out, micro, start)
             local[positions, start : start + cols.shape[1]] = cols.float().cpu()
+        return self._all_rows(local, batch, loss_positions_only=loss_positions_only)
+
+    def _local_rows(self, batch: TrainBatch) -> torch.Tensor:
+        """Zeros for this rank's rows (r::world_size) of the batch's [B, T-1] target columns."""
+        b, width = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
+        return torch.zeros(math.ceil(b / self.world_size), width)
+
+    def _all_rows(self, local: torch.Tensor, batch: TrainBatch, *, loss_positions_only: bool) -> torch.Tensor:
+        """The batch's rows from each rank's `local` rows (rank r holds rows r::world_size), 0 outside the loss
+        mask when `loss_positions_only`. Collective when world_size > 1."""
         if loss_positions_only:
             mask = batch["loss_mask"][self.rank :: self.world_size]
             local[: len(mask)] *= mask
-        return self._all_rows(local, b)
-
-    def _all_rows(self, local: torch.Tensor, b: int) -> torch.Tensor:
-        """The batch's [b, ...] rows from each rank's `local` rows (rank r holds rows r::world_size).
-        Collective when world_size > 1."""
+        b = batch["input_ids"].shape[0]
         if self.world_size == 1:
             return local[:b]
         gathered = [torch.zeros_like(local, device=self.device) for _ in range(self.world_size)]
@@ -315,16 +320,13 @@ class TrainStrategy(abc.ABC):
                              "no smaller mini_batch_size)")
         record: list[torch.Tensor] = []
         metrics = self.train_step(batch, loss_fn, record=record, **kwargs)
-        b, width = batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1
-        local = torch.zeros(math.ceil(b / self.world_size), width)
+        local = self._local_rows(batch)
         # the update's micro-batches in its order (an update skipped for want of loss tokens recorded none)
         for logp, (micro, positions) in zip(record, self._shard(batch)):
             if positions is not None:  # the micro-batch's columns end at its trimmed width
                 end = micro["input_ids"].shape[1] - 1
                 local[positions, end - logp.shape[1] : end] = logp.float().cpu()
-        mask = batch["loss_mask"][self.rank :: self.world_size]
-        local[: len(mask)] *= mask
-        return metrics, self._all_rows(local, b)
+        return metrics, self._all_rows(local, batch, loss_positions_only=True)
 
     def update(self, batch: TrainBatch, micro_loss: MicroLossFn, *, step_lr: bool = True) -> dict[str, float]:
         """PPO epochs over mini-batches; one optimizer step per mini-batch, one LR-schedule step per call
