@@ -58,14 +58,19 @@ class RunWatch:
     def observe(self) -> None:
         """Records the run's current process tree and the /dev/shm files its processes map."""
         for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-            started = start_time(pid)
-            if started is None:
-                continue
-            known, command = self.processes.get(pid), _cmdline(pid)
-            # the latest title (vLLM renames its processes once started), unless the process just went
-            if known is None or (known[0] == started and command != "?"):
-                self.processes[pid] = (started, command)
+            self._record(pid, _cmdline(pid))
             self.segments |= shm_mappings(pid) | socket_files(pid)
+
+    def _record(self, pid: int, command: str) -> None:
+        started = start_time(pid)
+        if started is None:
+            return
+        known = self.processes.get(pid)
+        # The latest title (vLLM renames its processes once started), unless the process just went: a zombie, not
+        # yet reaped by its parent, reads an empty command line, which would erase "VLLM::EngineCore" from the
+        # record of a run that ended normally (a CI run failed so).
+        if known is None or (known[0] == started and command not in ("?", "")):
+            self.processes[pid] = (started, command)
 
     def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -50,7 +50,8 @@ def test_a_run_leaves_nothing_behind(tiny_vllm_model_dir, tmp_path, exit_path):
                 watch.signal(signal.SIGKILL)
                 assert watch.wait_exit(60) == -signal.SIGKILL
         commands = [cmd for _, cmd in watch.processes.values()]
-        assert any(c.startswith("VLLM::EngineCore") for c in commands), "the run did not start vLLM's engine"
+        assert any(c.startswith("VLLM::EngineCore") for c in commands), \
+            f"the run did not start vLLM's engine; seen: {sorted(set(commands))}"
         assert any("/psm_" in s for s in watch.segments), "vLLM's shared-memory queues were not seen"
         left = watch.leftovers(timeout_s=60)
         print(f"\n{exit_path}: {len(watch.processes)} processes and {len(watch.segments)} /dev/shm and socket files "
