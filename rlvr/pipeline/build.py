@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -197,10 +198,15 @@ def critic_model_path(cfg: Config, actor_model_path: str) -> str:
     return resolve_model_path(cfg.critic.model_path, cfg.model.cache_dir) if cfg.critic.model_path else actor_model_path
 
 
-def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardConfig],
+def build_clusters(cfg: Config, model_path: str,
+                   rewards_cfg: dict[str, RewardConfig] | Callable[[], dict[str, RewardConfig]],
                    waiter: Waiter | None = None) -> Clusters:
-    for domain, reward in rewards_cfg.items():
-        resolve_reward_class(domain, reward)  # fail on a bad import path before starting anything
+    """Every cluster of the run. The workers of actor_train, actor_infer, the reference and the critic are all
+    made before any is waited for, so that their models and engines load at the same time; `rewards_cfg` may be
+    a callable (the local servers' URLs while those start): it is called once those workers are loading."""
+    for domain, dc in cfg.domains.items():
+        if dc.reward is not None:
+            resolve_reward_class(domain, dc.reward)  # fail on a bad import path before starting anything
     planner = Planner(cfg)  # actor_train first: clusters colocated with it join its placement group
     # Trainer ranks hold optimizer state and form a process group: not restartable (a death stops the run).
     # Inference and reward workers are: Ray restarts them and their requests are sent again (docs/faults.md).
@@ -208,23 +214,26 @@ def build_clusters(cfg: Config, model_path: str, rewards_cfg: dict[str, RewardCo
     try:
         # Every rank of actor_train joins one process group (gloo on CPU, NCCL on CUDA); the reference is one process.
         actor_train = ActorTrainCluster.start("actor_train", ActorTrainWorker, cfg.actor_train.world_size, cfg,
-                                              model_path, rendezvous=True, waiter=waiter,
+                                              model_path, rendezvous=True, defer_join=True, waiter=waiter,
                                               placement=planner.actor_train())
         actor_infer = ActorInferCluster.start("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg,
                                               model_path, max_concurrency=1000, max_restarts=restarts, waiter=waiter,
                                               placement=planner.actor_infer())
         reference = (ReferenceCluster.start("reference", ReferenceWorker, 1, cfg, model_path, rendezvous=True,
-                                            waiter=waiter, placement=planner.reference())
+                                            defer_join=True, waiter=waiter, placement=planner.reference())
                      if cfg.reference_worker else None)
         critic = None
         if cfg.algorithm.needs_critic:  # a trainer, like actor_train: not restartable
             critic = CriticCluster.start("critic", CriticWorker, cfg.critic.world_size, cfg,
-                                         critic_model_path(cfg, model_path), rendezvous=True, waiter=waiter,
-                                         placement=planner.critic())
+                                         critic_model_path(cfg, model_path), rendezvous=True, defer_join=True,
+                                         waiter=waiter, placement=planner.critic())
         elif cfg.critic.model_fields_set:
             log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
                         cfg.algorithm.adv_estimator)
-        rewards = start_reward_clusters(cfg, rewards_cfg, planner, waiter)
+        rewards = start_reward_clusters(cfg, rewards_cfg() if callable(rewards_cfg) else rewards_cfg, planner, waiter)
+        for trainer in (actor_train, reference, critic):
+            if trainer is not None:
+                trainer.join()
         clusters = Clusters(actor_train, actor_infer, reference, critic, rewards, planner)
         clusters.weight_sync = WeightSync(cfg, actor_train, actor_infer, waiter or Waiter())
         if len(actor_infer) > 1:

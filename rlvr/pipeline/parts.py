@@ -4,11 +4,15 @@ tests build `PipelineParts` from fakes instead. RLVRPipeline itself starts nothi
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlvr.config.load import save_resolved
+from rlvr.config.domains import RewardConfig
 from rlvr.config.root import Config
 from rlvr.pipeline.build import (Clusters, build_clusters, build_episode_runners, new_run_dir, start_local_judge,
                                  start_ray, write_bad_rows)
@@ -40,6 +44,63 @@ class PipelineParts:
     owns_ray: bool = False
 
 
+def start_local_servers(cfg: Config, run_dir: Path) -> tuple[Any, Any, dict[str, RewardConfig]]:
+    """The judge and sandbox servers the rewards ask for (none when they name their own), and the reward configs
+    with their URLs filled in. A server started before a later one fails is stopped."""
+    judge_server, rewards_cfg = start_local_judge(cfg, log_dir=run_dir / "logs" / "judge_server")
+    try:
+        sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
+    except BaseException:
+        if judge_server is not None:
+            judge_server.stop()
+        raise
+    return judge_server, sandbox_server, rewards_cfg
+
+
+def in_background(fn: Callable[..., Any], *args: Any) -> Future:
+    """`fn(*args)` in a daemon thread: the interpreter's exit does not wait for it, so a Ctrl-C during start-up
+    ends the run at once (the guardian and the servers' exit hooks end what it started meanwhile)."""
+    future: Future = Future()
+
+    def run() -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as err:
+            future.set_exception(err)
+
+    threading.Thread(target=run, name=getattr(fn, "__name__", "background"), daemon=True).start()
+    return future
+
+
+def stop_servers(servers: Future) -> None:
+    """After the workers failed to start (an error, not Ctrl-C): the servers, once their start is over (a start
+    that failed stopped what it had started)."""
+    try:
+        judge_server, sandbox_server, _ = servers.result()
+    except BaseException:
+        return
+    for server in (judge_server, sandbox_server):
+        if server is not None:
+            server.stop()
+
+
+def start_servers_and_clusters(cfg: Config, run_dir: Path, model_path: str, waiter: Waiter
+                               ) -> tuple[Any, Any, dict[str, RewardConfig], Clusters]:
+    """The local servers and every cluster, at the same time: the servers start in a thread while the workers
+    load their models and engines (in the main job the judge server took 30 s, the workers 44 s, one after the
+    other before); the reward workers, which need the servers' URLs, start once those answer. A failure on
+    either side stops what the other started."""
+    servers = in_background(start_local_servers, cfg, run_dir)
+    try:
+        clusters = build_clusters(cfg, model_path, lambda: servers.result()[2], waiter)
+    except Exception:
+        stop_servers(servers)
+        raise
+    judge_server, sandbox_server, rewards_cfg = servers.result()
+    return judge_server, sandbox_server, rewards_cfg, clusters
+
+
 def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts:
     """The parts of a real run, started in order: the checks that need nothing started (resume target, models,
     reward and env arguments, the data: rlvr/pipeline/preflight.py), the run directory (or the one to resume),
@@ -58,11 +119,10 @@ def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts
     waiter = Waiter.from_config(cfg.faults, RAY)
     faults = FaultLog(run_dir / "faults.jsonl")
     supervisor = Supervisor(cfg.faults, waiter, faults)
-    with console.stage("servers (judge, sandbox, where asked for)"):
-        judge_server, rewards_cfg = start_local_judge(cfg, log_dir=run_dir / "logs" / "judge_server")
-        sandbox_server, rewards_cfg = start_local_sandbox(cfg, rewards_cfg)
-    with console.stage("workers and engines (actor_train, actor_infer, reference, critic, rewards)"):
-        clusters = build_clusters(cfg, model_path, rewards_cfg, waiter)
+    with console.stage("servers (judge, sandbox, where asked for) and workers and engines (actor_train, "
+                       "actor_infer, reference, critic, rewards)"):
+        judge_server, sandbox_server, rewards_cfg, clusters = start_servers_and_clusters(cfg, run_dir, model_path,
+                                                                                         waiter)
     supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server,
                      weight_source=clusters.weight_sync.weight_source)
     clusters.weight_sync.supervise(supervisor, faults)

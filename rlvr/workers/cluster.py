@@ -23,17 +23,20 @@ class Cluster:
         self.workers = list(workers)
         self.waiter = waiter or Waiter()
         self.placement = placement
+        self.unjoined = False  # a process group's workers not yet met (start(..., defer_join=True))
 
     @classmethod
     def start(cls, name: str, worker_cls: type, world_size: int, *args: Any,
               num_cpus: float = 0, num_gpus: float = 0, max_concurrency: int | None = None,
-              rendezvous: bool = False, max_restarts: int = 0, waiter: Waiter | None = None,
-              placement: Placement | None = None, **kwargs: Any) -> Self:
+              rendezvous: bool = False, defer_join: bool = False, max_restarts: int = 0,
+              waiter: Waiter | None = None, placement: Placement | None = None, **kwargs: Any) -> Self:
         """`world_size` Ray actors of `worker_cls`, each made with (*args, rank=r, **kwargs).
 
         rendezvous=True: the workers form one process group. Each gets `rank` and `world_size`; rank 0 picks
         an address and a free port on its own node (`rendezvous_address()`), and every rank joins through it in
         `setup(master_addr, master_port)`, called on all ranks at once (joining blocks until all have come).
+        That waits for their constructors; `defer_join=True` returns at once and leaves it to `join()`, so that
+        several clusters' workers load their models and engines at the same time.
         max_restarts: Ray restarts a worker that dies this many times (its constructor runs again); calls in
         flight at its death fail, later ones wait for it. `placement` (rlvr/workers/placement.py) gives each
         rank its Ray resources and placement-group bundle; it replaces num_cpus / num_gpus, and the cluster
@@ -49,11 +52,20 @@ class Cluster:
         workers = [remote_cls.options(**{**options, **(placement.for_rank(rank) if placement else {})})
                    .remote(*args, rank=rank, **kwargs) for rank in range(world_size)]
         cluster = cls(name, workers, waiter, placement)
-        if rendezvous:
-            master_addr, master_port = cluster.waiter.get(workers[0].rendezvous_address.remote(),
-                                                          f"{name}: rendezvous address")
-            cluster.waiter.get([w.setup.remote(master_addr, master_port) for w in workers], f"{name}: setup")
+        cluster.unjoined = rendezvous
+        if not defer_join:
+            cluster.join()
         return cluster
+
+    def join(self) -> None:
+        """The process group's rendezvous (see `start`); nothing for a cluster without one or already joined.
+        Clusters join one after another: rank 0 picks a free port, which its group holds once set up."""
+        if not self.unjoined:
+            return
+        master_addr, master_port = self.waiter.get(self.workers[0].rendezvous_address.remote(),
+                                                   f"{self.name}: rendezvous address")
+        self.waiter.get([w.setup.remote(master_addr, master_port) for w in self.workers], f"{self.name}: setup")
+        self.unjoined = False
 
     def __len__(self) -> int:
         return len(self.workers)
