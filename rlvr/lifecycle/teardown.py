@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -15,9 +16,11 @@ def end_all(parts: list[tuple[str, Callable[[], object]]]) -> list[str]:
     ends. Returns the names of the parts that failed. Cancellation (Ctrl-C again) propagates."""
     failed = []
     for name, end in parts:
+        start = time.perf_counter()
         try:
             end()
         except Exception as err:
             failed.append(name)
             log.warning("closing %s failed: %s: %s", name, type(err).__name__, err)
+        log.info("closed %s in %.2f s", name, time.perf_counter() - start)  # where a slow exit waits
     return failed
