@@ -200,12 +200,10 @@ def critic_model_path(cfg: Config, actor_model_path: str) -> str:
 
 def build_clusters(cfg: Config, model_path: str,
                    rewards_cfg: dict[str, RewardConfig] | Callable[[], dict[str, RewardConfig]],
-                   waiter: Waiter | None = None, while_loading: Callable[[Clusters], None] | None = None) -> Clusters:
+                   waiter: Waiter | None = None) -> Clusters:
     """Every cluster of the run. The workers of actor_train, actor_infer, the reference and the critic are all
     made before any is waited for, so that their models and engines load at the same time; `rewards_cfg` may be
-    a callable (the local servers' URLs while those start): it is called once those workers are loading.
-    `while_loading(clusters)` runs then too, once the reward workers and the router are made, before the trainers'
-    process groups meet (the schedulers start there: they need the handles, not the loaded models)."""
+    a callable (the local servers' URLs while those start): it is called once those workers are loading."""
     for domain, dc in cfg.domains.items():
         if dc.reward is not None:
             resolve_reward_class(domain, dc.reward)  # fail on a bad import path before starting anything
@@ -233,16 +231,13 @@ def build_clusters(cfg: Config, model_path: str,
             log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
                         cfg.algorithm.adv_estimator)
         rewards = start_reward_clusters(cfg, rewards_cfg() if callable(rewards_cfg) else rewards_cfg, planner, waiter)
-        clusters = Clusters(actor_train, actor_infer, reference, critic, rewards, planner)
-        if len(actor_infer) > 1:
-            clusters.router = start_router(cfg, planner, actor_infer)
-        if while_loading is not None:
-            while_loading(clusters)
         for trainer in (actor_train, reference, critic):
             if trainer is not None:
                 trainer.join()
-        # after the joins: its first calls must reach the trainers after their process group's setup
+        clusters = Clusters(actor_train, actor_infer, reference, critic, rewards, planner)
         clusters.weight_sync = WeightSync(cfg, actor_train, actor_infer, waiter or Waiter())
+        if len(actor_infer) > 1:
+            clusters.router = start_router(cfg, planner, actor_infer)
     except BaseException:
         planner.release()  # the actors in them go too
         raise

@@ -85,16 +85,15 @@ def stop_servers(servers: Future) -> None:
             server.stop()
 
 
-def start_servers_and_clusters(cfg: Config, run_dir: Path, model_path: str, waiter: Waiter,
-                               while_loading: Callable[[Clusters], None] | None = None
+def start_servers_and_clusters(cfg: Config, run_dir: Path, model_path: str, waiter: Waiter
                                ) -> tuple[Any, Any, dict[str, RewardConfig], Clusters]:
     """The local servers and every cluster, at the same time: the servers start in a thread while the workers
     load their models and engines (in the main job the judge server took 30 s, the workers 44 s, one after the
-    other before); the reward workers, which need the servers' URLs, start once those answer, and then
-    `while_loading(clusters)` (build_clusters says when). A failure on either side stops what the other started."""
+    other before); the reward workers, which need the servers' URLs, start once those answer. A failure on
+    either side stops what the other started."""
     servers = in_background(start_local_servers, cfg, run_dir)
     try:
-        clusters = build_clusters(cfg, model_path, lambda: servers.result()[2], waiter, while_loading)
+        clusters = build_clusters(cfg, model_path, lambda: servers.result()[2], waiter)
     except Exception:
         stop_servers(servers)
         raise
@@ -105,7 +104,7 @@ def start_servers_and_clusters(cfg: Config, run_dir: Path, model_path: str, wait
 def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts:
     """The parts of a real run, started in order: the checks that need nothing started (resume target, models,
     reward and env arguments, the data: rlvr/pipeline/preflight.py), the run directory (or the one to resume),
-    Ray, then the servers, the clusters and the schedulers at once. `checked`: the checks' result when the caller ran them."""
+    Ray, the servers, the clusters, the schedulers. `checked`: the checks' result when the caller ran them."""
     checked = checked or preflight(cfg)
     resume_from, tokenizer, data, model_path = checked.resume_from, checked.tokenizer, checked.data, checked.model_path
     run_dir = resume_from.parent.parent if resume_from else new_run_dir(cfg)
@@ -120,21 +119,16 @@ def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts
     waiter = Waiter.from_config(cfg.faults, RAY)
     faults = FaultLog(run_dir / "faults.jsonl")
     supervisor = Supervisor(cfg.faults, waiter, faults)
-    made: list[DomainSchedulers] = []
-
-    def start_schedulers(clusters: Clusters) -> None:  # while the trainers load
-        made.append(DomainSchedulers(cfg, data, clusters.infer_endpoints,
-                                     {d: c.workers for d, c in clusters.rewards.items()},
-                                     waiter, faults, episodes, placement=clusters.planner))
-
-    with console.stage("servers (judge, sandbox, where asked for), workers and engines (actor_train, actor_infer, "
-                       "reference, critic, rewards) and schedulers"):
-        judge_server, sandbox_server, rewards_cfg, clusters = start_servers_and_clusters(
-            cfg, run_dir, model_path, waiter, while_loading=start_schedulers)
-    schedulers = made[0]
+    with console.stage("servers (judge, sandbox, where asked for) and workers and engines (actor_train, "
+                       "actor_infer, reference, critic, rewards)"):
+        judge_server, sandbox_server, rewards_cfg, clusters = start_servers_and_clusters(cfg, run_dir, model_path,
+                                                                                         waiter)
     supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server,
                      weight_source=clusters.weight_sync.weight_source)
     clusters.weight_sync.supervise(supervisor, faults)
+    schedulers = DomainSchedulers(cfg, data, clusters.infer_endpoints,
+                                  {d: c.workers for d, c in clusters.rewards.items()},
+                                  waiter, faults, episodes, placement=clusters.planner)
     write_placement(run_dir, clusters, schedulers.actors)
     return PipelineParts(run_dir, tokenizer, waiter, faults, clusters, schedulers, resume_from=resume_from,
                          judge_server=judge_server, sandbox_server=sandbox_server, owns_ray=owns_ray)

@@ -43,31 +43,29 @@ class Scene:
                 raise RuntimeError("sandbox failed to start")
             return self.sandbox, rewards
 
-        def build_clusters(cfg, model_path, rewards_cfg, waiter, while_loading):
+        def build_clusters(cfg, model_path, rewards_cfg, waiter):
             self.workers_loading.set()
             if clusters_fail:
                 raise RuntimeError("a worker failed to load")
             try:
-                clusters = {"rewards": rewards_cfg()}
-                while_loading(clusters)
+                rewards = rewards_cfg()
             except Exception:
                 self.log.append(("workers released", True))
                 raise
-            return clusters
+            return {"rewards": rewards}
 
         monkeypatch.setattr(parts, "start_local_judge", start_local_judge)
         monkeypatch.setattr(parts, "start_local_sandbox", start_local_sandbox)
         monkeypatch.setattr(parts, "build_clusters", build_clusters)
 
     def start(self):
-        return parts.start_servers_and_clusters(None, Path("/nonexistent"), "model", waiter=None,
-                                                while_loading=lambda clusters: self.log.append(("schedulers", True)))
+        return parts.start_servers_and_clusters(None, Path("/nonexistent"), "model", waiter=None)
 
 
 def test_the_servers_start_while_the_workers_load_and_the_rewards_get_their_urls(monkeypatch):
     scene = Scene(monkeypatch)
     judge, sandbox, rewards, clusters = scene.start()
-    assert scene.log == [("judge saw the workers loading", True), ("schedulers", True)]
+    assert scene.log == [("judge saw the workers loading", True)]
     assert (judge, sandbox) == (scene.judge, scene.sandbox)
     assert clusters["rewards"]["judge"].args["base_url"] == "http://judge/v1" == rewards["judge"].args["base_url"]
     assert not judge.stopped and not sandbox.stopped
