@@ -66,9 +66,9 @@ class RunWatch:
         if started is None:
             return
         known = self.processes.get(pid)
-        # The latest title (vLLM renames its processes once started), unless the process just went: a zombie, not
-        # yet reaped by its parent, reads an empty command line, which would erase "VLLM::EngineCore" from the
-        # record of a run that ended normally (a CI run failed so).
+        # The latest title (vLLM renames its processes once started), unless the process is going: once it has
+        # released its memory, and before it reads as a zombie, its command line reads empty, which would erase
+        # "VLLM::EngineCore" from the record of a run that ended normally (a CI run failed so).
         if known is None or (known[0] == started and command not in ("?", "")):
             self.processes[pid] = (started, command)
 
