@@ -198,12 +198,11 @@ def critic_model_path(cfg: Config, actor_model_path: str) -> str:
     return resolve_model_path(cfg.critic.model_path, cfg.model.cache_dir) if cfg.critic.model_path else actor_model_path
 
 
-def build_clusters(cfg: Config, model_path: str,
-                   rewards_cfg: dict[str, RewardConfig] | Callable[[], dict[str, RewardConfig]],
+def build_clusters(cfg: Config, model_path: str, rewards_cfg: Callable[[], dict[str, RewardConfig]],
                    waiter: Waiter | None = None) -> Clusters:
     """Every cluster of the run. The workers of actor_train, actor_infer, the reference and the critic are all
-    made before any is waited for, so that their models and engines load at the same time; `rewards_cfg` may be
-    a callable (the local servers' URLs while those start): it is called once those workers are loading."""
+    made before any is waited for, so that their models and engines load at the same time; `rewards_cfg()` (the
+    reward configs with the local servers' URLs, which may still be starting) is called once those workers load."""
     for domain, dc in cfg.domains.items():
         if dc.reward is not None:
             resolve_reward_class(domain, dc.reward)  # fail on a bad import path before starting anything
@@ -230,7 +229,7 @@ def build_clusters(cfg: Config, model_path: str,
         elif cfg.critic.model_fields_set:
             log.warning("critic.* is set but algorithm.adv_estimator=%s uses no critic: no critic is started",
                         cfg.algorithm.adv_estimator)
-        rewards = start_reward_clusters(cfg, rewards_cfg() if callable(rewards_cfg) else rewards_cfg, planner, waiter)
+        rewards = start_reward_clusters(cfg, rewards_cfg(), planner, waiter)
         for trainer in (actor_train, reference, critic):
             if trainer is not None:
                 trainer.join()
