@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from rlvr.config.base import Strict
+from rlvr.config.precision import auto_bf16
 
 
 class VLLMConfig(Strict):
@@ -31,7 +32,9 @@ class GenerationConfig(Strict):
     tensor_parallel_size: int = Field(1, ge=1)  # vLLM only: processes (GPUs) per worker, on one node
     # GPUs per worker (Ray resource). None: tensor_parallel_size when the Ray cluster has GPUs, else 0.
     num_gpus_per_worker: float | None = Field(None, ge=0)
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    # auto: bfloat16 where this host computes it natively (a GPU, AMX-BF16 or AVX512-BF16), else float32
+    # (rlvr/config/precision.py); resolved when validated, so the run sees and saves the concrete dtype.
+    dtype: Literal["float32", "bfloat16", "auto"] = "float32"
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -44,6 +47,13 @@ class GenerationConfig(Strict):
     # Generation and training take turns on the cores, so each phase may use all of them.
     torch_threads: int | None = None
     vllm: VLLMConfig = VLLMConfig()
+
+    @field_validator("dtype")
+    @classmethod
+    def _resolve_auto(cls, value: str, info: ValidationInfo) -> str:
+        if value != "auto":
+            return value
+        return "bfloat16" if auto_bf16(info.data.get("num_gpus_per_worker")) else "float32"
 
 
 class ValidationConfig(Strict):

@@ -16,7 +16,8 @@ import yaml
 from pydantic import BaseModel
 
 from rlvr.algorithms.presets import PRESETS
-from rlvr.config.load import overrides_by_key
+from rlvr.config.load import overrides_by_key, parse_override
+from rlvr.config import precision
 from rlvr.config.root import Config
 
 
@@ -97,6 +98,14 @@ def config_origins(path: str | Path, overrides: list[str], cfg: Config) -> dict[
         else:
             known, default = field_default(key)
             origins[key] = "default" if known and _same(default, value) else "derived"
+    for key in precision.AUTO_KEYS:  # `auto` resolved: say so, and why
+        if key in overridden:
+            given = parse_override(overridden[key])[1]
+        else:
+            given = in_file[key] if key in in_file else field_default(key)[1]
+        if given == "auto" and key in origins:
+            base = "default" if origins[key] == "derived" else origins[key]
+            origins[key] = f"{base}, auto: {precision.host_precision()[1]}"
     return origins
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlvr.config.base import Strict, _keyed
+from rlvr.config.precision import auto_bf16
 
 
 class DeepSpeedConfig(Strict):
@@ -68,8 +69,10 @@ class TrainerConfig(Strict):
     # pad tokens it saves (bench/precision_packing.py: 0.64x the padded bf16 step here, pads 9% of tokens).
     max_tokens_per_micro_batch: int | None = Field(None, ge=16)
     ppo_epochs: int = Field(1, ge=1)  # passes over each batch
-    # bf16 compute in forward and backward: over fp32 weights (autocast), or with bf16 weights (bf16_weights)
-    bf16_autocast: bool = True
+    # bf16 compute in forward and backward: over fp32 weights (autocast), or with bf16 weights (bf16_weights).
+    # auto: true where this host computes bf16 natively (a GPU, AMX-BF16 or AVX512-BF16), else false (fp32;
+    # rlvr/config/precision.py); resolved when validated.
+    bf16_autocast: bool | Literal["auto"] = Field("auto", validate_default=True)
     # With bf16_autocast: true -> bf16 module weights and compute, fp32 master weights, gradient accumulation and
     # optimizer states (DeepSpeed's "bf16" mode; the torch strategy keeps fp32 masters itself): AMX / tensor-core
     # matmuls without autocast's casts, half the weight memory. false -> fp32 weights under bf16 autocast (an
@@ -83,6 +86,11 @@ class TrainerConfig(Strict):
     gradient_checkpointing: bool = False  # recompute activations in backward to save memory
     torch_threads: int | None = None  # CPU threads of the trainer (None: every core)
     lora: LoraConfig | None = None  # low-rank adapters instead of full fine-tuning (None: every weight trains)
+
+    @field_validator("bf16_autocast")
+    @classmethod
+    def _resolve_auto(cls, value: bool | str, info: ValidationInfo) -> bool:
+        return auto_bf16(info.data.get("num_gpus_per_worker")) if value == "auto" else value
 
     @model_validator(mode="after")
     def _world_size_needs_deepspeed(self) -> "TrainerConfig":

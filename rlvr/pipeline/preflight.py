@@ -8,6 +8,7 @@ in docs/config.md ("Checked before start").
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from rlvr.config.base import ConfigError
+from rlvr.config.precision import host_precision
 from rlvr.config.root import Config
 from rlvr.data.dataset import BadRow
 from rlvr.envs.base import check_args, resolve_env_class
@@ -23,6 +25,8 @@ from rlvr.models.default_model import ModelNotFoundError, resolve_model_path
 from rlvr.pipeline import checkpoint
 from rlvr.pipeline.build import DomainData, load_domain_data, local_judge_domains
 from rlvr.workers.rewards.reward_actor import check_reward_args
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,6 +47,17 @@ def model_dir(key: str, name_or_path: str, cache_dir: str | None) -> str:
     except ModelNotFoundError as err:
         raise ConfigError(f"{err.problem}; give a local Hugging Face model directory (with config.json) or "
                           "'smollm2-135m-instruct' (no model hub is reachable from here)", key=key) from None
+
+
+def emulated_bf16_keys(cfg: Config) -> list[str]:
+    """The keys that ask for bf16 on CPU workers of a host without native bf16 (rlvr/config/precision.py)."""
+    if host_precision()[0]:
+        return []
+    sections = [("generation.dtype", cfg.generation.dtype == "bfloat16", cfg.generation.num_gpus_per_worker),
+                ("actor_train.bf16_autocast", cfg.actor_train.bf16_autocast, cfg.actor_train.num_gpus_per_worker)]
+    if cfg.algorithm.needs_critic:
+        sections.append(("critic.bf16_autocast", cfg.critic.bf16_autocast, cfg.critic.num_gpus_per_worker))
+    return [key for key, bf16, gpus in sections if bf16 and not gpus]
 
 
 def preflight(cfg: Config) -> Checked:
@@ -71,4 +86,7 @@ def preflight(cfg: Config) -> Checked:
         raise ConfigError(f"{model_path}: its tokenizer does not load: {err}", key="model.path") from None
     bad: list[BadRow] = []
     data = load_domain_data(cfg, tokenizer, bad_out=bad)
+    if keys := emulated_bf16_keys(cfg):
+        log.warning("bf16 asked for (%s), but %s: torch emulates bf16 there, a matrix product 100x slower than "
+                    "fp32 on an AVX2 EPYC; `auto` picks fp32 on such a host", ", ".join(keys), host_precision()[1])
     return Checked(model_path, tokenizer, data, bad, resume_from, time.perf_counter() - start)

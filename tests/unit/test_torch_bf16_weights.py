@@ -105,8 +105,8 @@ def test_the_key_moved_from_the_deepspeed_section():
             "actor_train": {"strategy": "deepspeed", "deepspeed": {"bf16_weights": False}}}
     with pytest.raises(ConfigError, match="actor_train.deepspeed.bf16_weights: moved one level up"):
         config_from_dict(tree)
-    assert not ActorTrainConfig().uses_bf16_weights  # torch: autocast over fp32 weights unless asked
-    assert ActorTrainConfig(strategy="deepspeed").uses_bf16_weights
+    assert not ActorTrainConfig(bf16_autocast=True).uses_bf16_weights  # torch: autocast over fp32 weights unless asked
+    assert ActorTrainConfig(strategy="deepspeed", bf16_autocast=True).uses_bf16_weights
     assert not ActorTrainConfig(bf16_autocast=False, bf16_weights=True).uses_bf16_weights
 
 
