@@ -11,7 +11,8 @@
    - train: `ActorTrainWorker.train` (the same strategy and loss) on the step's batch, built by the same
      `make_train_batch` (timed apart: batching), in a process of its own;
    - reward: the domain's reward worker scoring every sample of the step at once;
-   - the box's limit for the update: a plain loop with no rlvr code (`plain_trainer`: the model in pure bf16, AdamW,
+   - the box's limit for the update: a plain loop with no rlvr code (`plain_trainer`: the model in pure bf16 where
+     the host computes bf16 natively, else pure fp32 (rlvr/config/precision.py: an AVX2 CPU emulates bf16), AdamW,
      GRPO advantages, the step's sequences sorted by length into micro-batches), in a process of its own. The limit
      is raw generation + plain train + raw reward; run with `generation.dtype=bfloat16` for the bf16 limit.
 Interleaved: right after rlvr logs step s, the raw parts of step s run while the pipeline's actors sit idle, and
@@ -38,6 +39,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from rlvr.config.precision import host_precision  # noqa: E402  (light: no torch)
 
 
 def recording_pipeline():
@@ -126,9 +129,9 @@ def raw_trainer(conn, cfg, model_path: str) -> None:
         conn.send(time.perf_counter() - start)
 
 
-def plain_trainer(conn, model_path: str, lr: float, micro_batch: int, threads: int | None) -> None:
-    """The box's limit for the update: a hand-written loop with no rlvr code. The model in pure bf16 (weights,
-    gradients and AdamW states: cheaper than any mixed-precision scheme), GRPO advantages computed here, sequences
+def plain_trainer(conn, model_path: str, lr: float, micro_batch: int, threads: int | None, bf16: bool) -> None:
+    """The box's limit for the update: a hand-written loop with no rlvr code. The model in pure bf16 where the host
+    has it natively, else fp32 (weights, gradients and AdamW states: cheaper than any mixed-precision scheme), GRPO advantages computed here, sequences
     sorted by length into micro-batches of `micro_batch` (what a hand-written loop does to avoid padding; the few pad
     tokens left are counted), token-mean policy-gradient loss over the response tokens, one optimizer step per
     batch. Receives a step's samples as (group id, prompt ids, response ids, reward); sends back (seconds, pad
@@ -138,7 +141,7 @@ def plain_trainer(conn, model_path: str, lr: float, micro_batch: int, threads: i
 
     if threads:
         torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.bfloat16 if bf16 else torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     conn.send("ready")
@@ -194,7 +197,8 @@ class RawParts:
             raise RuntimeError("the raw trainer did not start")
         self.plain_conn, child = spawn.Pipe()
         self.plain = spawn.Process(target=plain_trainer, daemon=True, args=(
-            child, model_path, cfg.actor_train.lr, cfg.actor_train.micro_batch_size, cfg.actor_train.torch_threads))
+            child, model_path, cfg.actor_train.lr, cfg.actor_train.micro_batch_size, cfg.actor_train.torch_threads,
+            host_precision()[0]))
         self.plain.start()
         if self.plain_conn.recv() != "ready":
             raise RuntimeError("the plain trainer did not start")
@@ -328,10 +332,11 @@ def report(cfg, args, walls, groups, records, raw, steps) -> None:
           f"{med(certain):.3f}")
     print(f"overhead ratio rlvr / raw parts: median {med(ratios):.3f} (per step {per_step})"
           f"; target <= 1.10")
-    # The box's limit: the same generation and rewards, the update by a plain bf16 loop (plain_trainer)
+    # The box's limit: the same generation and rewards, the update by a plain loop (plain_trainer)
     limit = {s: raw["generation"][s] + raw["plain_train"][s] + raw["reward"][s] for s in steps}
     to_limit = [walls[s] / limit[s] for s in steps]
-    print(f"\nthe box's limit (vLLM {g.dtype} generation of the same requests + a plain pure-bf16 train loop over "
+    plain = "pure-bf16" if host_precision()[0] else f"pure-fp32 ({host_precision()[1]})"
+    print(f"\nthe box's limit (vLLM {g.dtype} generation of the same requests + a plain {plain} train loop over "
           f"the same tokens, {med(raw['plain_pads'].values()):.1%} pads after sorting by length + rewards):")
     print(f"{'step':>4} {'rlvr s':>8} {'limit s':>8} {'ratio':>6}   {'train rlvr':>10} {'train plain':>11}")
     for s, r in zip(steps, to_limit):
