@@ -131,11 +131,11 @@ def raw_trainer(conn, cfg, model_path: str) -> None:
 
 def plain_trainer(conn, model_path: str, lr: float, micro_batch: int, threads: int | None, bf16: bool) -> None:
     """The box's limit for the update: a hand-written loop with no rlvr code. The model in pure bf16 where the host
-    has it natively, else fp32 (weights, gradients and AdamW states: cheaper than any mixed-precision scheme), GRPO advantages computed here, sequences
-    sorted by length into micro-batches of `micro_batch` (what a hand-written loop does to avoid padding; the few pad
-    tokens left are counted), token-mean policy-gradient loss over the response tokens, one optimizer step per
-    batch. Receives a step's samples as (group id, prompt ids, response ids, reward); sends back (seconds, pad
-    fraction); None ends it."""
+    has it natively, else fp32 (weights, gradients and AdamW states: cheaper than any mixed-precision scheme), GRPO
+    advantages computed here, sequences sorted by length into micro-batches of `micro_batch` (what a hand-written
+    loop does to avoid padding; the few pad tokens left are counted), token-mean policy-gradient loss over the
+    response tokens, one optimizer step per batch. Receives a step's samples as (group id, prompt ids, response ids,
+    reward); sends back (seconds, pad fraction); None ends it."""
     import torch
     from transformers import AutoModelForCausalLM
 

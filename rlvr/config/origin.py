@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel
 
 from rlvr.algorithms.presets import PRESETS
-from rlvr.config.load import overrides_by_key, parse_override
 from rlvr.config import precision
+from rlvr.config.load import overrides_by_key, parse_override
 from rlvr.config.root import Config
 
 
