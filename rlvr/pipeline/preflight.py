@@ -17,7 +17,7 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from rlvr.config.base import ConfigError
-from rlvr.config.precision import host_precision
+from rlvr.config import precision
 from rlvr.config.root import Config
 from rlvr.data.dataset import BadRow
 from rlvr.envs.base import check_args, resolve_env_class
@@ -50,14 +50,12 @@ def model_dir(key: str, name_or_path: str, cache_dir: str | None) -> str:
 
 
 def emulated_bf16_keys(cfg: Config) -> list[str]:
-    """The keys that ask for bf16 on CPU workers of a host without native bf16 (rlvr/config/precision.py)."""
-    if host_precision()[0]:
-        return []
+    """The keys that ask for bf16 where `auto` would not pick it (CPU workers of a host without native bf16)."""
     sections = [("generation.dtype", cfg.generation.dtype == "bfloat16", cfg.generation.num_gpus_per_worker),
                 ("actor_train.bf16_autocast", cfg.actor_train.bf16_autocast, cfg.actor_train.num_gpus_per_worker)]
     if cfg.algorithm.needs_critic:
         sections.append(("critic.bf16_autocast", cfg.critic.bf16_autocast, cfg.critic.num_gpus_per_worker))
-    return [key for key, bf16, gpus in sections if bf16 and not gpus]
+    return [key for key, bf16, gpus in sections if bf16 and not precision.auto_bf16(gpus)]
 
 
 def preflight(cfg: Config) -> Checked:
@@ -88,5 +86,6 @@ def preflight(cfg: Config) -> Checked:
     data = load_domain_data(cfg, tokenizer, bad_out=bad)
     if keys := emulated_bf16_keys(cfg):
         log.warning("bf16 asked for (%s), but %s: torch emulates bf16 there, a matrix product 100x slower than "
-                    "fp32 on an AVX2 EPYC; `auto` picks fp32 on such a host", ", ".join(keys), host_precision()[1])
+                    "fp32 on an AVX2 EPYC; `auto` picks fp32 on such a host", ", ".join(keys),
+                    precision.host_precision()[1])
     return Checked(model_path, tokenizer, data, bad, resume_from, time.perf_counter() - start)

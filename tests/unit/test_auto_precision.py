@@ -81,14 +81,14 @@ def test_print_config_says_auto_and_why(host):
         "generation.dtype"] == "override generation.dtype=float32"
 
 
-def test_bf16_asked_for_on_a_host_that_emulates_it_is_warned(host, monkeypatch, caplog):
+def test_bf16_asked_for_on_a_host_that_emulates_it_is_warned(host, caplog):
     from rlvr.pipeline import preflight
 
     cfg = load_config("configs/math_code_mix.yaml", ["generation.dtype=bfloat16", "actor_train.bf16_autocast=true"])
-    monkeypatch.setattr(preflight, "host_precision", lambda: (False, "this CPU has neither"))
+    host(False)
     assert preflight.emulated_bf16_keys(cfg) == ["generation.dtype", "actor_train.bf16_autocast"]
     with caplog.at_level(logging.WARNING):
         preflight.preflight(cfg)
     assert "bf16 asked for (generation.dtype, actor_train.bf16_autocast), but this CPU has neither" in caplog.text
-    monkeypatch.setattr(preflight, "host_precision", lambda: (True, "this CPU has amx_bf16"))
+    host(True)
     assert preflight.emulated_bf16_keys(cfg) == []
