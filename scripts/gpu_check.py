@@ -12,6 +12,11 @@ Llama, tests/helpers/train_batches.py). Each row compares the device's result wi
     correction weights vs CPU            truncated and masked IS (every level) on the device against CPU
     rejected tokens leave denominator    the loss over kept tokens only (slime's PR 657), on the device
     packed vs padded: logprobs, gradient  one packed stream per micro-batch against padded rows, fp32
+
+Then a timing table (no pass/fail; `--no-timing` skips it): one TorchStrategy train step over the same rows in fp32
+padded, bf16 padded and bf16 packed, on a randomly initialised model of SmolLM2-135M-Instruct's shape (the default
+model's weights are not on the lent machine, and its shape is what the cost depends on), in real (unpadded)
+tokens per second.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,13 +42,13 @@ from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch
 BATCH = make_train_batch(4, 24)  # rows of different lengths (right padding); one row's reward failed
 
 
-def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None) -> SimpleNamespace:
+def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None, micro_batch_size: int = 2) -> SimpleNamespace:
     """The fields of config/trainer.py's TrainerConfig that the torch strategy reads."""
     return SimpleNamespace(torch_threads=None, bf16_autocast=bf16_weights, uses_bf16_weights=bf16_weights,
                            gradient_checkpointing=False, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0,
                            lr_schedule="constant", warmup_steps=0, max_grad_norm=None, mini_batch_size=None,
-                           micro_batch_size=2, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1, lora=None,
-                           bf16_rounding="dithered")
+                           micro_batch_size=micro_batch_size, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1,
+                           lora=None, bf16_rounding="dithered")
 
 
 def train_grads(model_dir: str, bf16_weights: bool, device: str,
@@ -101,9 +107,56 @@ def check_correction(device: str) -> list[tuple[str, str, str, bool]]:
     return rows
 
 
+# SmolLM2-135M-Instruct's architecture (its config.json), random weights; "tiny" keeps the CPU test quick.
+SHAPES = {"smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                               num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048),
+          "tiny": dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)}
+# name: (bf16 weights, token budget per packed micro-batch or None for padded rows)
+TIMED = {"fp32 padded": (False, None), "bf16 padded": (True, None), "bf16 packed": (True, "budget")}
+
+
+def time_train_steps(device: str, shape: str = "smollm2-135m", rows: int = 64, width: int = 512,
+                     steps: int = 3) -> list[tuple[str, float, float]]:
+    """(configuration, seconds per step (median of `steps` after one warm-up), real tokens per second) for one
+    train step over `rows` rows of 8..width tokens, padded micro-batches of 16 rows or packed by a budget of
+    16 x width / 2 tokens (about the padded path's real tokens per micro-batch)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    batch = make_train_batch(rows, width, seed=3)
+    real_tokens = int(batch["attention_mask"].sum())
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        LlamaForCausalLM(LlamaConfig(**SHAPES[shape], tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
+                                     eos_token_id=2)).save_pretrained(Path(tmp) / "m")
+        for name, (bf16, budget) in TIMED.items():
+            cfg = trainer_cfg(bf16, 16 * width // 2 if budget else None, micro_batch_size=16)
+            s = TorchStrategy(str(Path(tmp) / "m"), cfg, total_steps=steps + 1, seed=0, device=device)
+            settings = ObjectiveSettings()
+            seconds = []
+            for _ in range(steps + 1):
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                s.train_step(batch, lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings,
+                                                                                nt, ns))
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                seconds.append(time.perf_counter() - t0)
+            median = sorted(seconds[1:])[len(seconds[1:]) // 2]
+            out.append((name, median, real_tokens / median))
+            del s
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--no-timing", action="store_true", help="the checks only, not the train-step timing")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m", help="the timed model's shape")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here: skipped (python scripts/gpu_check.py --device cpu runs it on CPU)")
@@ -114,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'check':<38} {'result':<38} {'expected':<22} ok")
     for check, result, expected, ok in rows:
         print(f"{check:<38} {result:<38} {expected:<22} {'yes' if ok else 'NO'}")
+    if not args.no_timing:
+        timed = time_train_steps(args.device, args.shape)
+        base = timed[0][1]
+        print(f"\ntrain step, {args.shape} shape, 64 rows of 8..512 tokens ({args.device}):")
+        print(f"{'configuration':<14} {'s/step':>8} {'tokens/s':>10} {'vs fp32 padded':>15}")
+        for name, seconds, rate in timed:
+            print(f"{name:<14} {seconds:8.3f} {rate:10.0f} {seconds / base:14.2f}x")
     return 0 if all(ok for *_, ok in rows) else 1
 
 

@@ -23,7 +23,8 @@ def test_without_cuda_it_says_so_and_exits_0():
 
 def test_its_checks_pass_on_cpu_with_only_torch_and_transformers():
     code = (f"import sys\nfor m in {BLOCKED!r}: sys.modules[m] = None\n"
-            "sys.path.insert(0, 'scripts')\nimport gpu_check\nsys.exit(gpu_check.main(['--device', 'cpu']))\n")
+            "sys.path.insert(0, 'scripts')\nimport gpu_check\n"
+            "sys.exit(gpu_check.main(['--device', 'cpu', '--no-timing']))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
@@ -31,3 +32,15 @@ def test_its_checks_pass_on_cpu_with_only_torch_and_transformers():
                   "rejected tokens leave denominator", "packed vs padded: logprobs, gradient"):
         (row,) = [line for line in lines if line.startswith(check)]
         assert row.rstrip().endswith("yes"), row
+
+
+def test_its_timing_runs_every_configuration_over_the_same_real_tokens():
+    import importlib
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    gpu_check = importlib.import_module("gpu_check")
+    timed = gpu_check.time_train_steps("cpu", "tiny", rows=6, width=24, steps=1)
+    assert [name for name, *_ in timed] == list(gpu_check.TIMED)
+    # the same rows in every configuration: tokens/s x s/step is the batch's real token count each time
+    tokens = {round(seconds * rate) for _, seconds, rate in timed}
+    assert tokens == {int(gpu_check.make_train_batch(6, 24, seed=3)["attention_mask"].sum())}
