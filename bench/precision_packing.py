@@ -4,7 +4,9 @@ with the length spread of a real step, side by side, interleaved, several repeti
     flock /tmp/rlvr-heavy.lock .venv/bin/python bench/precision_packing.py [--reps 5] [--rows 32]
 
 Variants: fp32; bf16 autocast over fp32 weights; bf16 weights with fp32 masters; each padded (micro-batches of 8
-rows, trimmed to their longest) and packed (one stream per micro-batch, `--max-tokens` tokens). The batch: prompts
+rows, trimmed to their longest) and packed (one stream per micro-batch, `--max-tokens` tokens, each row attending to
+itself: rlvr/models/segment_attention.py); "packed dense" is the packed path through plain SDPA, one L x L mask over
+the whole stream, as rlvr packed before. The batch: prompts
 of 40-90 tokens, responses of 8-96 (the shipped configs' max_new_tokens), loss on the responses. Prints tokens/s
 (real tokens, not pad) median [min, max] and the ratio to fp32 padded, plus each variant's padded-token share.
 """
@@ -30,10 +32,11 @@ from rlvr.config.trainer import ActorTrainConfig  # noqa: E402
 from rlvr.data.batch import TrainBatch  # noqa: E402
 from rlvr.models.default_model import resolve_model_path  # noqa: E402
 
-VARIANTS = {  # name: (bf16_autocast, bf16_weights, packed)
+VARIANTS = {  # name: (bf16_autocast, bf16_weights, packed); packed "dense": SDPA over the stream with its L x L mask
     "fp32 padded": (False, False, False), "fp32 packed": (False, False, True),
+    "fp32 packed dense": (False, False, "dense"),
     "autocast padded": (True, False, False), "autocast packed": (True, False, True),
-    "bf16 padded": (True, True, False), "bf16 packed": (True, True, True),
+    "bf16 padded": (True, True, False), "bf16 packed": (True, True, True), "bf16 packed dense": (True, True, "dense"),
 }
 
 
@@ -70,7 +73,11 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="a subset (fp32 padded always runs: "
+                        "the ratios are to it); e.g. fp32 alone on a CPU without native bf16")
     args = parser.parse_args()
+    if args.variants and "fp32 padded" not in args.variants:
+        args.variants.insert(0, "fp32 padded")
     model = resolve_model_path(args.model)
     batch = real_batch(args.rows)
     settings = ObjectiveSettings()
@@ -80,10 +87,14 @@ def main() -> None:
 
     strategies = {}
     for name, (autocast, bf16_weights, packed) in VARIANTS.items():
+        if args.variants and name not in args.variants:
+            continue
         cfg = ActorTrainConfig(lr=1e-7, micro_batch_size=8, bf16_autocast=autocast, bf16_weights=bf16_weights,
                                max_tokens_per_micro_batch=args.max_tokens if packed else None,
                                torch_threads=args.threads)
         strategies[name] = TorchStrategy(model, cfg, total_steps=1000, seed=0)
+        if packed == "dense":  # the packed path before rlvr/models/segment_attention.py: one mask over the stream
+            strategies[name].model.set_attn_implementation("sdpa")
         strategies[name].train_step(batch, loss_fn)  # warm-up
     tokens = int(batch["attention_mask"].sum())
     rates: dict[str, list[float]] = {name: [] for name in strategies}

@@ -42,6 +42,7 @@ from rlvr.backends import dist as rdist
 from rlvr.backends.logprobs import token_logprobs
 from rlvr.data.batch import TrainBatch
 from rlvr.data.packing import balanced_bins, pack_layout, packed_input_ids
+from rlvr.models.segment_attention import segment_kwargs, use_segment_attention
 
 if TYPE_CHECKING:  # only torch and transformers at run time (scripts/gpu_check.py runs without pydantic)
     from rlvr.config.trainer import TrainerConfig
@@ -74,7 +75,9 @@ class ModelSpec:
     export: Callable[[dict[str, torch.Tensor], object, Path], None]
     # Packed rows (rlvr/data/packing.py): (model, input_ids [1, L], position_ids [1, L], keep [K]) -> the output at
     # the stream positions `keep`, [1, K, ...]
-    forward_packed: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # (model, stream ids, position ids, kept positions, segment kwargs for the attention layers) -> output at kept
+    forward_packed: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, dict],
+                             torch.Tensor] | None = None
     # Parameters (by name prefix) that train in full also under LoRA: parts the base model does not have (a value
     # head), which no low-rank change of a pretrained weight can stand for
     also_trained: tuple[str, ...] = ()
@@ -105,7 +108,7 @@ class TrainStrategy(abc.ABC):
         lengths = micro["attention_mask"].sum(dim=1).tolist()
         layout = pack_layout(lengths, start)
         out = self.spec.forward_packed(model, packed_input_ids(ids, lengths), layout.position_ids.to(self.device),
-                                       layout.keep.to(self.device))
+                                       layout.keep.to(self.device), segment_kwargs(lengths, self.device))
         return layout.scatter(out, len(lengths), ids.shape[1] - 1 - start)
 
     @abc.abstractmethod
@@ -157,6 +160,8 @@ class TrainStrategy(abc.ABC):
     def _load_model(self, model_path: str) -> torch.nn.Module:
         """The spec's model (fp32), with adapters when cfg.lora asks for them."""
         model = self.spec.load(model_path)
+        if self.packs:  # each packed row attends to itself alone (no stream^2 mask)
+            use_segment_attention(model)
         if self.lora is not None:
             from rlvr.backends.lora import add_lora
 
@@ -398,10 +403,11 @@ def _forward_takes_logits_to_keep(cls: type) -> bool:
 
 
 def causal_lm_packed_logits(model: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                            keep: torch.Tensor) -> torch.Tensor:
-    """[1, K, V] logits at stream positions `keep` of packed rows: no attention mask, so transformers attends
-    block-diagonally along the position ids' restarts; lm_head only where kept."""
-    return model(input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits
+                            keep: torch.Tensor, segments: dict) -> torch.Tensor:
+    """[1, K, V] logits at stream positions `keep` of packed rows: no attention mask; each row attends to itself
+    (rlvr/models/segment_attention.py, told where rows start by `segments`); lm_head only where kept."""
+    return model(input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep,
+                 **segments).logits
 
 
 def load_causal_lm(path: str) -> torch.nn.Module:

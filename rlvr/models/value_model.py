@@ -36,10 +36,11 @@ class ValueModel(nn.Module):
             self.value_head.weight.copy_(torch.randn(1, hidden, generator=generator) / (hidden + 1))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """attention_mask None with position_ids: packed rows (rlvr/data/packing.py), attended block-diagonally."""
+                position_ids: torch.Tensor | None = None, **segments) -> torch.Tensor:
+        """attention_mask None with position_ids: packed rows (rlvr/data/packing.py), each attending to itself
+        (`segments`: rlvr/models/segment_attention.py)."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=False).last_hidden_state
+                               use_cache=False, **segments).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
 
     def gradient_checkpointing_enable(self, **kwargs) -> None:
@@ -80,9 +81,9 @@ def value_forward(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
 
 
 def value_forward_packed(model: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                         keep: torch.Tensor) -> torch.Tensor:
+                         keep: torch.Tensor, segments: dict) -> torch.Tensor:
     """[1, K] values at stream positions `keep` of packed rows, in float32."""
-    return model(input_ids=input_ids, position_ids=position_ids)[:, keep].float()
+    return model(input_ids=input_ids, position_ids=position_ids, **segments)[:, keep].float()
 
 
 def is_value_model_dir(path: str | Path) -> bool:

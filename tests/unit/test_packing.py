@@ -12,6 +12,7 @@ from rlvr.backends.torch_strategy import TorchStrategy
 from rlvr.backends.value_spec import value_spec
 from rlvr.config.trainer import ActorTrainConfig, CriticConfig
 from rlvr.data.packing import balanced_bins, pack_layout, packed_input_ids
+from rlvr.models.segment_attention import NAME
 from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch
 
 LR = 1e-3
@@ -59,6 +60,7 @@ def test_packed_logprobs_equal_the_padded(tiny_llama):
     assert len(packed_strategy._shard(batch)) > 1  # several packed micro-batches (30-token budget)
     packed = packed_strategy.forward_logprobs(batch, 0.9, loss_positions_only=True)
     assert torch.allclose(packed, padded, atol=1e-5), float((packed - padded).abs().max())
+    assert packed_strategy.model.config._attn_implementation == NAME  # each row attends to itself, no stream mask
 
 
 def test_packed_values_equal_the_padded(tiny_llama):
@@ -66,9 +68,10 @@ def test_packed_values_equal_the_padded(tiny_llama):
     head = lambda out, micro, start: out  # noqa: E731
     padded = make_strategy(tiny_llama, False, spec=value_spec(7), critic=True).forward_columns(
         batch, head, loss_positions_only=True)
-    packed = make_strategy(tiny_llama, True, spec=value_spec(7), critic=True).forward_columns(
-        batch, head, loss_positions_only=True)
+    packed_strategy = make_strategy(tiny_llama, True, spec=value_spec(7), critic=True)
+    packed = packed_strategy.forward_columns(batch, head, loss_positions_only=True)
     assert torch.allclose(packed, padded, atol=1e-5)
+    assert packed_strategy.model.config._attn_implementation == NAME  # the critic's rows attend to themselves
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",

@@ -1,0 +1,108 @@
+"""Attention over packed rows that costs what the rows cost: `attn_implementation="rlvr_segments"` for transformers.
+
+A packed micro-batch lays its rows end to end in one stream (rlvr/data/packing.py). Through transformers' SDPA
+path such a stream gets a dense block-diagonal mask, so attention costs (stream length)^2 whatever the rows: on
+this project's 2-core CPU the packed bf16 step was 0.64x the padded one's speed (docs/precision.md), and on an H100
+(scripts/gpu_check.py, SmolLM2-135M's shape, bf16) 0.566 s a step against 0.382 s padded. Here each row attends
+only to itself: with the rows' cumulative lengths (`segment_kwargs`, passed to the model's forward, which hands
+them to every attention layer as transformers does for flash attention's varlen path) the function runs
+
+- on CUDA in bf16/fp16: flash attention's varlen kernel (`torch.nn.attention.varlen.varlen_attn`, as verl's
+  `use_remove_padding` does through flash-attn): memory linear in the stream, where the dense mask is quadratic.
+  Checked on an H100 with torch 2.11 by
+  scripts/packed_attention_probe.py: the padded rows' logits within bf16 rounding. Not faster there at 4096-token
+  streams (0.670 s against SDPA's 0.523 s a step, 3 timed steps: a 135M model's step is launch-bound on an H100;
+  one 16k-token stream took 0.218 s);
+- elsewhere: one causal SDPA call per row, sum of length^2 work and no mask.
+
+Without segment lengths (padded rows) it is transformers' SDPA path unchanged, mask included, so a model loaded
+with it computes padded batches exactly as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+NAME = "rlvr_segments"
+
+
+def segment_kwargs(lengths: list[int], device: torch.device | str) -> dict:
+    """The forward kwargs that tell every attention layer where the packed rows start and end."""
+    cu = torch.tensor([0, *lengths]).cumsum(0).to(dtype=torch.int32, device=device)
+    longest = max(lengths)
+    return dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
+
+
+def _expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """Grouped-query attention: each key/value head repeated for the query heads that share it (dim 1)."""
+    return t if t.shape[1] == heads else t.repeat_interleave(heads // t.shape[1], dim=1)
+
+
+def _varlen(query, key, value, cu, longest, scaling):
+    from torch.nn.attention.varlen import varlen_attn
+
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
+    k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
+    # torch 2.11+ says causal with window_size (-1, 0); earlier releases with is_causal
+    causal = {"window_size": (-1, 0)} if "window_size" in inspect.signature(varlen_attn).parameters else {
+        "is_causal": True}
+    return varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, longest, longest, scale=scaling,
+                       **causal)[None]
+
+
+def _per_segment(query, key, value, cu, scaling):
+    heads = query.shape[1]
+    key, value = _expand_kv(key, heads), _expand_kv(value, heads)
+    bounds = cu.tolist()
+    outs = [torch.nn.functional.scaled_dot_product_attention(
+        query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True, scale=scaling)
+        for a, b in zip(bounds[:-1], bounds[1:])]
+    return torch.cat(outs, dim=2).transpose(1, 2)  # [1, T, H, D]
+
+
+def segment_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """transformers' attention-function contract: query [B, H, T, D], key/value [B, H_kv, T, D] ->
+    ([B, T, H, D], None)."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    if query.shape[0] != 1:
+        raise ValueError(f"{NAME}: packed rows come as one stream (batch 1), got batch {query.shape[0]}")
+    if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
+        return _varlen(query, key, value, cu, kwargs["max_length_q"], scaling), None
+    return _per_segment(query, key, value, cu, scaling), None
+
+
+def _mask(*args, attention_mask=None, **kwargs):
+    """SDPA's mask for padded rows; none for a packed stream (the segment lengths replace it, and building a
+    stream^2 mask is the cost this path avoids)."""
+    if attention_mask is None:
+        return None
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+
+def register() -> str:
+    """Makes `attn_implementation=NAME` known to transformers (idempotent; per process); returns NAME."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, segment_attention)
+    AttentionMaskInterface.register(NAME, _mask)
+    return NAME
+
+
+def use_segment_attention(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` (a transformers model, or a module holding one, such as the critic's ValueModel) switched to NAME."""
+    register()
+    inner = next((m for m in model.modules() if hasattr(m, "set_attn_implementation")), None)
+    if inner is None:
+        raise TypeError(f"{type(model).__name__} holds no transformers model whose attention could be switched")
+    inner.set_attn_implementation(NAME)
+    return model

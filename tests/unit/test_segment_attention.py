@@ -1,0 +1,76 @@
+"""rlvr/models/segment_attention.py: packed rows attend to themselves alone, padded rows compute exactly as through
+transformers' SDPA, and the misuse a caller can hit fails with a precise error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.models.segment_attention import NAME, _mask, segment_kwargs, use_segment_attention
+from tests.helpers.train_batches import make_small_vocab_llama
+
+pytestmark = pytest.mark.quick
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    path = make_small_vocab_llama(tmp_path_factory.mktemp("seg") / "m")
+    sdpa = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    segments = use_segment_attention(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval())
+    return sdpa, segments
+
+
+def packed(model, rows):
+    ids = torch.cat(rows)[None]
+    pos = torch.cat([torch.arange(len(r)) for r in rows])[None]
+    with torch.no_grad():
+        return model(input_ids=ids, position_ids=pos, use_cache=False,
+                     **segment_kwargs([len(r) for r in rows], "cpu")).logits[0]
+
+
+def test_the_switch_names_the_implementation(models):
+    assert models[1].config._attn_implementation == NAME
+    assert models[0].config._attn_implementation == "sdpa"
+
+
+def test_a_packed_row_sees_only_itself(models):
+    _, model = models
+    a, b = torch.tensor([5, 6, 7, 8, 9]), torch.tensor([10, 11, 12])
+    out = packed(model, [a, b])
+    changed = packed(model, [torch.tensor([40, 41, 42, 43, 44]), b])
+    assert torch.equal(out[5:], changed[5:])  # b's logits do not depend on what stood before it in the stream
+    assert not torch.allclose(out[:5], changed[:5])
+    with torch.no_grad():
+        alone = model(input_ids=b[None], use_cache=False).logits[0]
+    torch.testing.assert_close(out[5:], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_padded_rows_compute_exactly_as_sdpa(models):
+    sdpa, segments = models
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0]])
+    mask = (torch.arange(6) < torch.tensor([[6], [3]])).long()
+    with torch.no_grad():
+        assert torch.equal(sdpa(input_ids=ids, attention_mask=mask).logits,
+                           segments(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_a_packed_stream_builds_no_stream_squared_mask():
+    assert _mask(1, 4096, 4096, attention_mask=None) is None
+    padded = _mask(2, 3, 3, attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]).bool())
+    assert padded is not None and padded.shape == (2, 1, 3, 3)
+
+
+def test_segment_kwargs_are_cumulative_lengths():
+    kw = segment_kwargs([3, 5, 2], "cpu")
+    assert kw["cu_seq_lens_q"].tolist() == [0, 3, 8, 10] and kw["cu_seq_lens_q"].dtype == torch.int32
+    assert kw["max_length_q"] == kw["max_length_k"] == 5
+
+
+def test_misuse_fails_precisely(models):
+    _, model = models
+    with pytest.raises(ValueError, match="batch 1"):
+        model(input_ids=torch.ones(2, 4, dtype=torch.long), use_cache=False, **segment_kwargs([4], "cpu"))
+    with pytest.raises(TypeError, match="no transformers model"):
+        use_segment_attention(torch.nn.Linear(2, 2))
