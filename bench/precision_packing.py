@@ -6,9 +6,9 @@ with the length spread of a real step, side by side, interleaved, several repeti
 Variants: fp32; bf16 autocast over fp32 weights; bf16 weights with fp32 masters; each padded (micro-batches of 8
 rows, trimmed to their longest) and packed (one stream per micro-batch, `--max-tokens` tokens, each row attending to
 itself: rlvr/models/segment_attention.py); "packed dense" is the packed path through plain SDPA, one L x L mask over
-the whole stream, as rlvr packed before. The batch: prompts
-of 40-90 tokens, responses of 8-96 (the shipped configs' max_new_tokens), loss on the responses. Prints tokens/s
-(real tokens, not pad) median [min, max] and the ratio to fp32 padded, plus each variant's padded-token share.
+the whole stream, as rlvr packed before. The batch: prompts of 40-90 tokens, responses of 8-96 (the shipped configs'
+max_new_tokens), loss on the responses. Prints tokens/s (real tokens, not pad) median [min, max] and the ratio to
+fp32 padded, plus each variant's padded-token share.
 """
 
 from __future__ import annotations

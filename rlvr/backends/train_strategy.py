@@ -73,9 +73,8 @@ class ModelSpec:
     load: Callable[[str], torch.nn.Module]
     forward: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, int], torch.Tensor]
     export: Callable[[dict[str, torch.Tensor], object, Path], None]
-    # Packed rows (rlvr/data/packing.py): (model, input_ids [1, L], position_ids [1, L], keep [K]) -> the output at
-    # the stream positions `keep`, [1, K, ...]
-    # (model, stream ids, position ids, kept positions, segment kwargs for the attention layers) -> output at kept
+    # Packed rows (rlvr/data/packing.py): (model, input_ids [1, L], position_ids [1, L], keep [K], the rows' segment
+    # kwargs for the attention layers (rlvr/models/segment_attention.py)) -> the output at stream positions `keep`
     forward_packed: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, dict],
                              torch.Tensor] | None = None
     # Parameters (by name prefix) that train in full also under LoRA: parts the base model does not have (a value

@@ -9,10 +9,9 @@ them to every attention layer as transformers does for flash attention's varlen 
 
 - on CUDA in bf16/fp16: flash attention's varlen kernel (`torch.nn.attention.varlen.varlen_attn`, as verl's
   `use_remove_padding` does through flash-attn): memory linear in the stream, where the dense mask is quadratic.
-  Checked on an H100 with torch 2.11 by
-  scripts/packed_attention_probe.py: the padded rows' logits within bf16 rounding. Not faster there at 4096-token
-  streams (0.670 s against SDPA's 0.523 s a step, 3 timed steps: a 135M model's step is launch-bound on an H100;
-  one 16k-token stream took 0.218 s);
+  Checked on an H100 with torch 2.11 by scripts/packed_attention_probe.py: the padded rows' logits within bf16
+  rounding. Not faster there at 4096-token streams (0.670 s against SDPA's 0.523 s a step, 3 timed steps: a 135M
+  model's step is launch-bound on an H100; one 16k-token stream took 0.218 s);
 - elsewhere: one causal SDPA call per row, sum of length^2 work and no mask.
 
 Without segment lengths (padded rows) it is transformers' SDPA path unchanged, mask included, so a model loaded

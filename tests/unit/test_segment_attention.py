@@ -30,9 +30,11 @@ def packed(model, rows):
                      **segment_kwargs([len(r) for r in rows], "cpu")).logits[0]
 
 
-def test_the_switch_names_the_implementation(models):
+def test_the_switch_names_the_implementation_but_a_saved_config_does_not(models, tmp_path):
     assert models[1].config._attn_implementation == NAME
     assert models[0].config._attn_implementation == "sdpa"
+    models[1].config.save_pretrained(tmp_path)  # checkpoints and exports: vLLM and plain transformers load them
+    assert NAME not in (tmp_path / "config.json").read_text()
 
 
 def test_a_packed_row_sees_only_itself(models):
