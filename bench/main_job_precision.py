@@ -1,7 +1,7 @@
 """The main job in fp32 against bf16, side by side: the README's main command as typed, each configuration in a
 process of its own, alternating (fp32, bf16, ..., fp32, bf16, ...) so that the machine's drift hits all alike.
 
-    .venv/bin/python bench/main_job_precision.py [--rounds 1] [--variants fp32 bf16 ...] [key=value ...]
+    .venv/bin/python bench/main_job_precision.py [--rounds 1] [--variants fp32 bf16 ...] [--base fp32] [key=value ...]
 
 The configurations, on top of configs/math_code_mix.yaml as shipped (the overrides are added to every one):
 
@@ -11,6 +11,8 @@ The configurations, on top of configs/math_code_mix.yaml as shipped (the overrid
          algorithm.rollout_correction.is_level=token (as shipped since 2026-11-26)
   bf16-torch     bf16 with the one-process torch strategy instead of DeepSpeed ZeRO-2
   bf16-compiled  bf16 with vLLM compiled (generation.vllm.enforce_eager=false) instead of eager
+  shipped        configs/math_code_mix.yaml unchanged (precision `auto`: the host's)
+  shipped-packed shipped with packed micro-batches of 1,024 tokens (`--base shipped` compares the two)
 
 Printed per run: the command's wall-clock seconds (start-up, validations and saving included: what a user waits
 for) and the median training step (steps 1.., validation excluded, from metrics.jsonl's time/step - time/val);
@@ -38,6 +40,8 @@ VARIANTS = {
     "bf16": BF16,
     "bf16-torch": [*BF16, "actor_train.strategy=torch"],
     "bf16-compiled": [*BF16, "generation.vllm.enforce_eager=false"],
+    "shipped": [],  # the config as shipped: precision `auto` (the host's), rollout correction on
+    "shipped-packed": ["actor_train.max_tokens_per_micro_batch=1024"],  # ~8 rows' real tokens a micro-batch
 }
 
 
@@ -50,12 +54,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="runs of each variant, alternating")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["fp32", "bf16"],
-                        help="fp32 (the baseline of the ratios) is always run")
+                        help="--base (the baseline of the ratios) is always run")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--base", choices=list(VARIANTS), default="fp32", help="the variant the ratios are to")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = parser.parse_args()
 
-    names = ["fp32", *(v for v in args.variants if v != "fp32")]
+    names = [args.base, *(v for v in args.variants if v != args.base)]
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         for name in names:
@@ -67,10 +72,10 @@ def main() -> None:
                   f"{results[name][-1][1]:.1f} s  ({run})", flush=True)
 
     print(f"\nthe main job (configs/math_code_mix.yaml, seed {args.seed}), {args.rounds} run(s) of each, alternating")
-    print(f"{'variant':<14} {'command s':>10} {'median step s':>14} {'command / fp32':>15} {'step / fp32':>12}")
+    print(f"{'variant':<14} {'command s':>10} {'median step s':>14} {'command / base':>15} {'step / base':>12}")
     medians = {name: (statistics.median(c for c, _ in rows), statistics.median(s for _, s in rows))
                for name, rows in results.items()}
-    base_command, base_step = medians["fp32"]
+    base_command, base_step = medians[args.base]
     for name, (command, step) in medians.items():
         print(f"{name:<14} {command:>10.0f} {step:>14.1f} {command / base_command:>14.2f}x {step / base_step:>11.2f}x")
 
