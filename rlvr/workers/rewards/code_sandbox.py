@@ -103,9 +103,14 @@ class CodeSandboxRewardWorker(RewardWorker):
     async def _recover_server(self) -> None:
         """Our own server died: start it again now, or wait for the watcher doing so (shielded from the caller's
         deadline, so that a slow start is never left half done). Out of restarts, calls fail: status error,
-        counted."""
+        counted.
+
+        No `alive()` shortcut: a restart in progress has a live process that does not answer yet, and a retry sent
+        then is refused again; three quick refusals spent a sample's every attempt (the chaos test failed so on
+        a 2-core EPYC). `ensure_running` takes the server's lock, so it returns once a restart under way is
+        healthy."""
         server = self._server
-        if server is None or server.alive():
+        if server is None:
             return
         await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, server.ensure_running))
 
