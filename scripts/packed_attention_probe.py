@@ -14,7 +14,6 @@ length^2. Candidates: flex attention (a block mask that skips empty blocks) and 
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import tempfile
 import time
@@ -25,22 +24,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from gpu_check import SHAPES  # noqa: E402
-
-
-def varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers attention function over packed rows: query/key/value [1, H, T, D] -> [1, T, H, D]."""
-    from torch.nn.attention.varlen import varlen_attn
-
-    cu, max_len = kwargs["cu_seq_lens_q"], kwargs["max_length_q"]
-    q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))  # [T, H, D]
-    if k.shape[1] != q.shape[1]:  # grouped-query attention: repeat the kv heads
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    params = inspect.signature(varlen_attn).parameters
-    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-    out = varlen_attn(q, k, v, cu, cu, max_len, max_len, scale=scaling, **causal)
-    return out.unsqueeze(0), None
+from gpu_check import SHAPES  # noqa: E402  (puts the repository on sys.path too)
+from rlvr.data.packing import balanced_bins  # noqa: E402
+from rlvr.models import segment_attention  # noqa: E402
 
 
 def rows(n: int, width: int, vocab: int, seed: int = 3) -> list[torch.Tensor]:
@@ -59,29 +45,11 @@ def padded_pass(model, micro: list[torch.Tensor], device: str) -> torch.Tensor:
     return torch.cat([logits[i, : len(r)] for i, r in enumerate(micro)])
 
 
-def packed_pass(model, micro: list[torch.Tensor], device: str, varlen: bool) -> torch.Tensor:
+def packed_pass(model, micro: list[torch.Tensor], device: str, segments: bool) -> torch.Tensor:
     ids = torch.cat(micro)[None].to(device)
     pos = torch.cat([torch.arange(len(r)) for r in micro])[None].to(device)
-    extra = {}
-    if varlen:
-        lengths = torch.tensor([0] + [len(r) for r in micro])
-        extra = dict(cu_seq_lens_q=lengths.cumsum(0).to(torch.int32).to(device),
-                     cu_seq_lens_k=lengths.cumsum(0).to(torch.int32).to(device),
-                     max_length_q=int(lengths.max()), max_length_k=int(lengths.max()))
+    extra = segment_attention.segment_kwargs([len(r) for r in micro], device) if segments else {}
     return model(input_ids=ids, position_ids=pos, use_cache=False, **extra).logits[0]
-
-
-def bins(lengths: list[int], budget: int) -> list[list[int]]:
-    """First-fit decreasing into streams of at most `budget` tokens (the shape, not rlvr's balancing)."""
-    out: list[tuple[int, list[int]]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        for b, (total, members) in enumerate(out):
-            if total + lengths[i] <= budget:
-                out[b] = (total + lengths[i], members + [i])
-                break
-        else:
-            out.append((lengths[i], [i]))
-    return [m for _, m in out]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,21 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("packed_attention_probe: no CUDA device here: skipped")
         return 0
-    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
-    from transformers.masking_utils import AttentionMaskInterface
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    AttentionInterface.register("rlvr_varlen", varlen_attention)
-    AttentionMaskInterface.register("rlvr_varlen", lambda *a, **k: None)  # no mask: cu_seq_lens say it all
+    varlen = segment_attention.register()  # flash attention's varlen kernel on CUDA in bf16 (rlvr's packed path)
     dtype = torch.bfloat16
     data = rows(64, 512, SHAPES[args.shape]["vocab_size"])
     real = sum(len(r) for r in data)
     order = sorted(range(len(data)), key=lambda i: len(data[i]))
     cases = [("padded 16 rows, sdpa", "sdpa", -16), ("padded 64 rows, sdpa", "sdpa", -64),
-             ("packed 4096, sdpa", "sdpa", 4096), ("packed 4096, varlen", "rlvr_varlen", 4096),
+             ("packed 4096, sdpa", "sdpa", 4096), ("packed 4096, varlen", varlen, 4096),
              ("packed 16384, flex", "flex_attention", 16384),
-             ("packed 16384, varlen", "rlvr_varlen", 16384)]
+             ("packed 16384, varlen", varlen, 16384)]
     if args.device == "cpu":
-        cases = [c for c in cases if c[1] != "rlvr_varlen"]  # flash attention's varlen kernel is CUDA-only
+        cases = [c for c in cases if c[1] != varlen]  # flash attention's varlen kernel is CUDA-only
     # no "packed 16384, sdpa": a run with it (and "padded 64 rows") went past 400 s on the H100 with no row back
     # (the table then printed only at the end); its dense 16k x 16k mask per layer is the likely cause
     print(f"forward + backward, {args.shape} shape, bf16, {len(data)} rows, {real} real tokens ({args.device}, "
@@ -121,8 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, impl, budget in cases:
             try:
                 model = LlamaForCausalLM.from_pretrained(tmp, dtype=dtype, attn_implementation=impl).to(args.device)
+                lengths = [len(r) for r in data]
                 micro = ([[data[i] for i in order[k : k - budget]] for k in range(0, len(data), -budget)]
-                         if budget < 0 else [[data[i] for i in b] for b in bins([len(r) for r in data], budget)])
+                         if budget < 0 else [[data[i] for i in b] for b in balanced_bins(lengths, budget)])
                 order_out = [r for m in micro for r in m]
                 seconds, logits = [], None
                 for step in range(args.steps + 1):
@@ -132,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                     outs = []
                     for m in micro:
                         out = (padded_pass(model, m, args.device) if budget < 0
-                               else packed_pass(model, m, args.device, impl == "rlvr_varlen"))
+                               else packed_pass(model, m, args.device, impl == varlen))
                         out.float().logsumexp(-1).mean().backward()
                         if step == 0:
                             outs.append(out.detach().float().cpu())

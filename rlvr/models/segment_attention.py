@@ -20,6 +20,7 @@ with it computes padded batches exactly as before.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -39,16 +40,22 @@ def _expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t if t.shape[1] == heads else t.repeat_interleave(heads // t.shape[1], dim=1)
 
 
+@functools.cache  # once per process, not in every layer's forward
+def _varlen_causal() -> dict:
+    """torch 2.11+ says causal with window_size (-1, 0); earlier releases with is_causal."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return {"window_size": (-1, 0)} if "window_size" in inspect.signature(varlen_attn).parameters else {
+        "is_causal": True}
+
+
 def _varlen(query, key, value, cu, longest, scaling):
     from torch.nn.attention.varlen import varlen_attn
 
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
     k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
-    # torch 2.11+ says causal with window_size (-1, 0); earlier releases with is_causal
-    causal = {"window_size": (-1, 0)} if "window_size" in inspect.signature(varlen_attn).parameters else {
-        "is_causal": True}
     return varlen_attn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, longest, longest, scale=scaling,
-                       **causal)[None]
+                       **_varlen_causal())[None]
 
 
 def _per_segment(query, key, value, cu, scaling):
