@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,7 @@ from rlvr.config.precision import host_precision
 from rlvr.report.plots import PLOTS
 from rlvr.telemetry.console import OUR_WARNING_LINE
 from tests.helpers.browser import check_page, chromium
+from tests.lifecycle.runwatch import Leftovers, RunWatch
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -37,25 +36,42 @@ DOMAINS = ("math", "code", "judge")
 class MainRun:
     console: str  # stdout and stderr, as a person at the terminal sees them
     run_dir: Path
+    commands: list[str]  # the command line of every process the run's tree had, while it ran
+    segments: list[str]  # the /dev/shm and socket files its processes mapped or bound
+    left: Leftovers  # what of those was still there once the command had ended
 
 
 @pytest.fixture(scope="module")
 def main_run(default_model_dir, tmp_path_factory) -> MainRun:
-    """One run of the main command (two steps) shared by the tests of this module."""
+    """One run of the main command (two steps) shared by the tests of this module, watched from outside (every
+    process of its tree, every shared-memory and socket file) so that one of them can say it left nothing."""
     out = tmp_path_factory.mktemp("main-run")
     overrides = ["run.max_steps=2", "run.eval_every=2", "run.save_every=2", f"run.output_dir={out}",
                  "generation.max_new_tokens=48", "validation.max_prompts_per_domain=4"]
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    proc = subprocess.run(main_command() + overrides, cwd=REPO, capture_output=True, text=True, env=env,
-                          timeout=1200)
-    (out / "console.txt").write_text(proc.stdout + proc.stderr)  # for a person looking into a failure
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    match = re.search(r"run directory: (\S+)", proc.stdout)
-    assert match, proc.stdout[-2000:]
+    watch = RunWatch(None, overrides, out / "console.txt", {"WANDB_MODE": "offline"}, command=main_command(),
+                     cwd=REPO)
+    try:
+        code = watch.wait_exit(1200)
+        console = watch.log.read_text(errors="replace")  # kept in console.txt for a person looking into a failure
+        assert code == 0, console[-4000:]
+        left = watch.leftovers(timeout_s=60)
+    finally:
+        watch.clean_up()
+    match = re.search(r"run directory: (\S+)", console)
+    assert match, console[-2000:]
     run_dir = Path(match.group(1))
     if not run_dir.is_absolute():
         run_dir = REPO / run_dir
-    return MainRun(proc.stdout + proc.stderr, run_dir)
+    return MainRun(console, run_dir, [cmd for _, cmd in watch.processes.values()], sorted(watch.segments), left)
+
+
+def test_main_command_leaves_nothing_behind(main_run):
+    """The heaviest tree the project starts (Ray, vLLM's EngineCore and Worker, the judge server, the sandbox
+    server, DeepSpeed, reward process pools, wandb) ends with the command: no process and no /dev/shm or socket
+    file of it is left (tests/lifecycle/test_nothing_left_behind.py does the same for Ctrl-C and SIGKILL)."""
+    assert any(c.startswith("VLLM::EngineCore") for c in main_run.commands), sorted(set(main_run.commands))
+    assert any("/psm_" in s for s in main_run.segments), "vLLM's shared-memory queues were not seen"
+    assert not main_run.left, f"the main command left {main_run.left}"
 
 
 def test_main_command_runs_and_logs_to_all_trackers(main_run):

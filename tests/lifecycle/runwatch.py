@@ -41,15 +41,18 @@ def _interruptible() -> None:
 
 
 class RunWatch:
-    def __init__(self, config: Path, overrides: list[str], log: Path, env: dict[str, str] | None = None):
+    def __init__(self, config: Path | None, overrides: list[str], log: Path, env: dict[str, str] | None = None, *,
+                 command: list[str] | None = None, cwd: Path | None = None):
+        """Starts `python -m rlvr.start --config <config> <overrides>`, or `command + overrides` as given (the
+        README's own command line), in `cwd`; its stdout and stderr go to `log`."""
         self.log = log
+        argv = [*(command or [sys.executable, "-m", "rlvr.start", "--config", str(config)]), *overrides]
         with open(log, "wb") as out:
             # A session of its own: os.killpg(pid, SIGINT) is what a terminal's Ctrl-C sends to a foreground job.
             # SIGINT's default disposition too, as a foreground job has: a suite started in the background by a
             # shell without job control (`bash -c "... &"`) inherits SIGINT ignored, Python then installs no
             # KeyboardInterrupt handler, and the run would finish its steps through the test's Ctrl-C.
-            self.proc = subprocess.Popen([sys.executable, "-m", "rlvr.start", "--config", str(config), *overrides],
-                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
                                          env={**os.environ, **(env or {})}, preexec_fn=_interruptible)
         self.processes: dict[int, tuple[int, str]] = {}  # pid -> (start time, command line)
         self.segments: set[str] = set()
