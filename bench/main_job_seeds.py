@@ -1,7 +1,7 @@
 """Does the main job learn, at more than one seed? The README's main command run at several seeds, each rise
 against its own validation noise; and, run twice at one seed, how far the same seed's curves agree.
 
-    .venv/bin/python bench/main_job_seeds.py [--seeds 42 1 2] [--repeat 42] [key=value ...]
+    .venv/bin/python bench/main_job_seeds.py [key=value ...] [--seeds 42 1 2] [--repeat 42]   # overrides first
     .venv/bin/python bench/main_job_seeds.py --load RUN_DIR [RUN_DIR ...]       # the tables of runs already made
 
 Each run is `python -m rlvr.start --config configs/math_code_mix.yaml run.seed=S` in a process of its own, as a
