@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     varlen = segment_attention.register()  # flash attention's varlen kernel on CUDA in bf16 (rlvr's packed path)
     dtype = torch.bfloat16
     data = rows(64, 512, SHAPES[args.shape]["vocab_size"])
-    real = sum(len(r) for r in data)
+    lengths = [len(r) for r in data]
+    real = sum(lengths)
     order = sorted(range(len(data)), key=lambda i: len(data[i]))
     cases = [("padded 16 rows, sdpa", "sdpa", -16), ("padded 64 rows, sdpa", "sdpa", -64),
              ("packed 4096, sdpa", "sdpa", 4096), ("packed 4096, varlen", varlen, 4096),
@@ -87,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         for name, impl, budget in cases:
             try:
                 model = LlamaForCausalLM.from_pretrained(tmp, dtype=dtype, attn_implementation=impl).to(args.device)
-                lengths = [len(r) for r in data]
                 micro = ([[data[i] for i in order[k : k - budget]] for k in range(0, len(data), -budget)]
                          if budget < 0 else [[data[i] for i in b] for b in balanced_bins(lengths, budget)])
                 order_out = [r for m in micro for r in m]

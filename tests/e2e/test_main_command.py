@@ -48,8 +48,7 @@ def main_run(default_model_dir, tmp_path_factory) -> MainRun:
     out = tmp_path_factory.mktemp("main-run")
     overrides = ["run.max_steps=2", "run.eval_every=2", "run.save_every=2", f"run.output_dir={out}",
                  "generation.max_new_tokens=48", "validation.max_prompts_per_domain=4"]
-    watch = RunWatch(None, overrides, out / "console.txt", {"WANDB_MODE": "offline"}, command=main_command(),
-                     cwd=REPO)
+    watch = RunWatch(main_command() + overrides, out / "console.txt", {"WANDB_MODE": "offline"}, cwd=REPO)
     try:
         code = watch.wait_exit(1200)
         console = watch.log.read_text(errors="replace")  # kept in console.txt for a person looking into a failure

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import tiny_config
-from tests.lifecycle.runwatch import RunWatch, run_dir_of
+from tests.lifecycle.runwatch import RunWatch, cli_command, run_dir_of
 
 # Metrics that measure time or concurrency, not what was trained: they differ between any two runs.
 # wall-clock metrics: what two runs of one seed may differ in (weight_sync/gb is the model's size, not a time)
@@ -28,7 +28,7 @@ def run_cli(tmp_path: Path, config: Path, *overrides: str, env: dict[str, str] |
             timeout_s: float = 600) -> tuple[int, RunWatch]:
     """Runs the CLI to its end; returns the exit code and the watch (for its leftovers)."""
     log = tmp_path / f"{config.stem}-{len(list(tmp_path.glob('*.log')))}.log"
-    watch = RunWatch(config, list(overrides), log, env)
+    watch = RunWatch(cli_command(config, *overrides), log, env)
     try:
         return watch.wait_exit(timeout_s), watch
     except BaseException:

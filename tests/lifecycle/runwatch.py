@@ -3,7 +3,7 @@ processes map and every socket file they bind, recorded while it runs, so that a
 run left behind on a machine where other people's runs come and go (never "all vLLM processes", never "all psm_*
 files").
 
-    watch = RunWatch(config_path, ["run.max_steps=3"], log_path)
+    watch = RunWatch(cli_command(config_path, "run.max_steps=3"), log_path)
     watch.wait_until(lambda: logged_steps(run_dir) >= {0})   # polls the tree while it waits
     watch.signal(signal.SIGKILL)
     left = watch.leftovers(timeout_s=60)                      # processes still alive, segments still named
@@ -40,13 +40,16 @@ def _interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def cli_command(config: Path, *overrides: str) -> list[str]:
+    """`python -m rlvr.start --config <config> <overrides>`, as a user types it."""
+    return [sys.executable, "-m", "rlvr.start", "--config", str(config), *overrides]
+
+
 class RunWatch:
-    def __init__(self, config: Path | None, overrides: list[str], log: Path, env: dict[str, str] | None = None, *,
-                 command: list[str] | None = None, cwd: Path | None = None):
-        """Starts `python -m rlvr.start --config <config> <overrides>`, or `command + overrides` as given (the
-        README's own command line), in `cwd`; its stdout and stderr go to `log`."""
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None):
+        """Starts `argv` (`cli_command(...)`, or the README's own command line) in `cwd`; its stdout and stderr go
+        to `log`."""
         self.log = log
-        argv = [*(command or [sys.executable, "-m", "rlvr.start", "--config", str(config)]), *overrides]
         with open(log, "wb") as out:
             # A session of its own: os.killpg(pid, SIGINT) is what a terminal's Ctrl-C sends to a foreground job.
             # SIGINT's default disposition too, as a foreground job has: a suite started in the background by a

@@ -18,7 +18,7 @@ import pytest
 
 from rlvr.backends.vllm_engine import vllm_available
 from tests.lifecycle.cli_runs import trained, write_config
-from tests.lifecycle.runwatch import RunWatch, run_dir_of, trained_steps
+from tests.lifecycle.runwatch import RunWatch, cli_command, run_dir_of, trained_steps
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not vllm_available(), reason="vllm is not importable (scripts/setup.sh installs it)")]
@@ -39,7 +39,7 @@ FIRST_STEPS: dict[str, dict] = {}  # exit path -> its run's step-0 record (timin
 @pytest.mark.parametrize("exit_path", ["ctrl_c", "sigkill"])
 def test_a_run_leaves_nothing_behind(tiny_vllm_model_dir, tmp_path, exit_path):
     config = write_config(tmp_path, tiny_vllm_model_dir, "life", **SECTIONS)
-    watch = RunWatch(config, [], tmp_path / "driver.log")
+    watch = RunWatch(cli_command(config), tmp_path / "driver.log")
     try:
         watch.wait_until(lambda: 0 in trained_steps(run_dir_of(tmp_path / "runs", "life")), 600)
         if exit_path == "ctrl_c":
