@@ -46,7 +46,12 @@ if [ "$RLVR_VLLM" = cpu ]; then  # also repairs an earlier install that left the
 fi
 # DeepSpeed, the training strategy of the shipped configs (actor_train.strategy: deepspeed; DS_ACCELERATOR=cpu is
 # set by rlvr on hosts without CUDA). Its setup.py imports torch: build it against the torch installed above, not
-# in an isolated build environment (which would pull a CUDA torch from PyPI). Its CPU communication op compiles
-# on first use (~2 minutes, cached under ~/.cache/torch_extensions).
+# in an isolated build environment (which would pull a CUDA torch from PyPI).
 .venv/bin/python -m pip install --quiet --no-build-isolation "deepspeed==0.19.8"
+# On a CPU host DeepSpeed compiles its shared-memory communication op the first time a run starts its backend
+# (~2-3 minutes on 2 cores, cached under ~/.cache/torch_extensions, keyed by this venv's paths): built here, so
+# the first training run on a fresh machine does not stall on a compiler. ~5 s when cached; CUDA hosts use NCCL.
+if ! command -v nvidia-smi >/dev/null; then
+  DS_ACCELERATOR=cpu .venv/bin/python -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
+fi
 .venv/bin/python -m rlvr.models.default_model
