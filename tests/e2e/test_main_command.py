@@ -1,7 +1,10 @@
-"""The README's main command on the embedded default model, shortened to two steps by overrides."""
+"""The README's main command on the embedded default model, shortened to two steps by overrides, watched from outside
+while it runs: its process tree, its shared memory, the sockets its servers listen on and where a planted judge
+API key goes."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import sys
@@ -14,6 +17,7 @@ from rlvr.config.precision import host_precision
 from rlvr.report.plots import PLOTS
 from rlvr.telemetry.console import OUR_WARNING_LINE
 from tests.helpers.browser import check_page, chromium
+from tests.helpers.exposure import ExposureProbe, new_canary
 from tests.lifecycle.runwatch import Leftovers, RunWatch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,18 +43,24 @@ class MainRun:
     commands: list[str]  # the command line of every process the run's tree had, while it ran
     segments: list[str]  # the /dev/shm and socket files its processes mapped or bound
     left: Leftovers  # what of those was still there once the command had ended
+    console_log: Path
+    exposure: ExposureProbe  # what its servers listened on, and where the judge key went, while it ran
 
 
 @pytest.fixture(scope="module")
 def main_run(default_model_dir, tmp_path_factory) -> MainRun:
     """One run of the main command (two steps) shared by the tests of this module, watched from outside (every
-    process of its tree, every shared-memory and socket file) so that one of them can say it left nothing."""
+    process of its tree, every shared-memory and socket file, every listening socket) so that one test can say it
+    left nothing and another that it exposed nothing. A judge API key is planted in its environment, as a user
+    would export it (the local judge server ignores it; the reward workers send it)."""
     out = tmp_path_factory.mktemp("main-run")
     overrides = ["run.max_steps=2", "run.eval_every=2", "run.save_every=2", f"run.output_dir={out}",
                  "generation.max_new_tokens=48", "validation.max_prompts_per_domain=4"]
-    watch = RunWatch(main_command() + overrides, out / "console.txt", {"WANDB_MODE": "offline"}, cwd=REPO)
+    probe = ExposureProbe(new_canary())
+    env = {"WANDB_MODE": "offline", "RLVR_JUDGE_API_KEY": probe.canary}
+    watch = RunWatch(main_command() + overrides, out / "console.txt", env, cwd=REPO)
     try:
-        code = watch.wait_exit(1200)
+        code = watch.wait_exit(1200, each_poll=lambda: probe.poll(watch.proc.pid))
         console = watch.log.read_text(errors="replace")  # kept in console.txt for a person looking into a failure
         assert code == 0, console[-4000:]
         left = watch.leftovers(timeout_s=60)
@@ -61,7 +71,8 @@ def main_run(default_model_dir, tmp_path_factory) -> MainRun:
     run_dir = Path(match.group(1))
     if not run_dir.is_absolute():
         run_dir = REPO / run_dir
-    return MainRun(console, run_dir, [cmd for _, cmd in watch.processes.values()], sorted(watch.segments), left)
+    return MainRun(console, run_dir, [cmd for _, cmd in watch.processes.values()], sorted(watch.segments), left,
+                   watch.log, probe)
 
 
 def test_main_command_leaves_nothing_behind(main_run):
@@ -71,6 +82,27 @@ def test_main_command_leaves_nothing_behind(main_run):
     assert any(c.startswith("VLLM::EngineCore") for c in main_run.commands), sorted(set(main_run.commands))
     assert any("/psm_" in s for s in main_run.segments), "vLLM's shared-memory queues were not seen"
     assert not main_run.left, f"the main command left {main_run.left}"
+
+
+def test_judge_key_never_written_and_servers_listen_on_loopback(main_run):
+    """A judge API key from the environment reaches the reward workers and no file: the run directory (metrics,
+    val samples, checkpoints, TensorBoard, W&B offline files), the console, the judge server's logs, the Ray
+    session's logs. The servers rlvr starts (judge, sandbox) listen on loopback only."""
+    probe = main_run.exposure
+    assert probe.key_holders, "no reward worker ran with the key: the check below would be vacuous"
+    assert not probe.leaked, f"the judge key is in {sorted(probe.leaked)}"
+    roles = {role for _, role in probe.listening}
+    assert {"judge", "sandbox"} <= roles, {f"{pid} {role}": sorted(a) for (pid, role), a in probe.listening.items()}
+    for (pid, role), addresses in probe.listening.items():
+        if role in ("judge", "sandbox"):
+            for ip, port in addresses:
+                assert ipaddress.ip_address(ip).is_loopback, f"{role} server (pid {pid}) listens on {ip}:{port}"
+    written = probe.written_files(main_run.run_dir, main_run.console_log)
+    assert any(p.suffix == ".wandb" for p in written) and any("tfevents" in p.name for p in written)
+    assert (main_run.run_dir / "checkpoints").exists() and (main_run.run_dir / "val_samples.jsonl").exists()
+    assert any(p.parts[-2:] == ("logs", "raylet.out") for p in written), "the Ray session's logs were not found"
+    leaks = probe.files_holding_the_key(written)
+    assert not leaks, f"the judge API key was written to {leaks}"
 
 
 def test_main_command_runs_and_logs_to_all_trackers(main_run):

@@ -98,10 +98,14 @@ class RunWatch:
         else:
             os.kill(self.proc.pid, sig)
 
-    def wait_exit(self, timeout_s: float) -> int:
+    def wait_exit(self, timeout_s: float, each_poll: Callable[[], None] | None = None) -> int:
+        """Waits for the command to end, observing its tree; `each_poll` looks at the live run too (a test's own
+        probe: what it listens on, what it writes)."""
         deadline = time.monotonic() + timeout_s
         while self.proc.poll() is None:
             self.observe()
+            if each_poll is not None:
+                each_poll()
             if time.monotonic() > deadline:
                 raise AssertionError(f"the run did not exit within {timeout_s:.0f}s:\n{self.log_tail()}")
             time.sleep(POLL_S)
