@@ -162,7 +162,8 @@ def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
     base_mean, base_se = mean_se(vals(labels[0], last))
     print(f"\nfinal (step {last}) and its difference to {labels[0]} in pooled standard errors "
           "sqrt(se_a^2 + se_b^2); step time: median over all seeds' training steps 1.., validation excluded\n")
-    print("| variant | seeds | val_correct/all at step 0 | final | final - base | in pooled SE | step s (median) |")
+    print(f"| variant | seeds | val_correct/all at step 0 | final | final - {labels[0]} | in pooled SE | "
+          "step s (median) |")
     print("|---|---|---|---|---|---|---|")
     for label in labels:
         mean, se = mean_se(vals(label, last))
