@@ -60,7 +60,7 @@ def main_run(default_model_dir, tmp_path_factory) -> MainRun:
     env = {"WANDB_MODE": "offline", "RLVR_JUDGE_API_KEY": probe.canary}
     watch = RunWatch(main_command() + overrides, out / "console.txt", env, cwd=REPO)
     try:
-        code = watch.wait_exit(1200, each_poll=lambda: probe.poll(watch.proc.pid))
+        code = watch.wait_exit(1200, each_poll=probe.poll)
         console = watch.log.read_text(errors="replace")  # kept in console.txt for a person looking into a failure
         assert code == 0, console[-4000:]
         left = watch.leftovers(timeout_s=60)

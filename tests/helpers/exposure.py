@@ -60,18 +60,14 @@ class ExposureProbe:
     leaked: set[Path] = field(default_factory=set)  # judge-server logs seen holding the key while they existed
     _last: float = -PROBE_EVERY_S
 
-    def poll(self, root_pid: int) -> None:
+    def poll(self, pids: list[int]) -> None:
+        """Looks at the run's process tree (`pids`, as RunWatch just listed it)."""
         if time.monotonic() - self._last < PROBE_EVERY_S:
             return
         self._last = time.monotonic()
-        try:
-            root = psutil.Process(root_pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        for p in tree:
+        for pid in pids:
             try:
-                self._look_at(p)
+                self._look_at(psutil.Process(pid))
             except psutil.Error:  # gone, or a zombie, between the listing and the look
                 continue
         for log in self.judge_logs:

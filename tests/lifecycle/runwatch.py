@@ -61,11 +61,13 @@ class RunWatch:
         self.segments: set[str] = set()
         self.observe()
 
-    def observe(self) -> None:
-        """Records the run's current process tree and the /dev/shm files its processes map."""
-        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+    def observe(self) -> list[int]:
+        """Records the run's current process tree and the /dev/shm files its processes map; returns its pids."""
+        pids = [self.proc.pid, *descendants(self.proc.pid)]
+        for pid in pids:
             self._record(pid, _cmdline(pid))
             self.segments |= shm_mappings(pid) | socket_files(pid)
+        return pids
 
     def _record(self, pid: int, command: str) -> None:
         started = start_time(pid)
@@ -98,14 +100,14 @@ class RunWatch:
         else:
             os.kill(self.proc.pid, sig)
 
-    def wait_exit(self, timeout_s: float, each_poll: Callable[[], None] | None = None) -> int:
-        """Waits for the command to end, observing its tree; `each_poll` looks at the live run too (a test's own
-        probe: what it listens on, what it writes)."""
+    def wait_exit(self, timeout_s: float, each_poll: Callable[[list[int]], None] | None = None) -> int:
+        """Waits for the command to end, observing its tree; `each_poll(pids)` looks at the live tree too (a test's
+        own probe: what it listens on, what it writes)."""
         deadline = time.monotonic() + timeout_s
         while self.proc.poll() is None:
-            self.observe()
+            pids = self.observe()
             if each_poll is not None:
-                each_poll()
+                each_poll(pids)
             if time.monotonic() > deadline:
                 raise AssertionError(f"the run did not exit within {timeout_s:.0f}s:\n{self.log_tail()}")
             time.sleep(POLL_S)
