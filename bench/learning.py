@@ -142,6 +142,13 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return mean, (statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0)
 
 
+def mean_pm_se(values: list[float]) -> str:
+    """"mean +- SE", or the bare value for one seed: a standard error of 0 there would claim a precision that one
+    run cannot show."""
+    mean, se = mean_se(values)
+    return f"{mean:.3f} +- {se:.3f}" if len(values) > 1 else f"{mean:.3f}"
+
+
 def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
     """val_correct/all per evaluation (mean +- SE over seeds), the final values against the first variant in pooled
     standard errors, the step times, and the mean rollout-trainer mismatch per variant where it was measured."""
@@ -156,23 +163,26 @@ def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
     print("| step | " + " | ".join(labels) + " |")
     print("|---|" + "---|" * len(labels))
     for step in val_steps:
-        cells = [("{:.3f} +- {:.3f}".format(*mean_se(v)) if (v := vals(label, step)) else "") for label in labels]
+        cells = [(mean_pm_se(v) if (v := vals(label, step)) else "") for label in labels]
         print(f"| {step} | " + " | ".join(cells) + " |")
     last = val_steps[-1]
-    base_mean, base_se = mean_se(vals(labels[0], last))
+    base_vals = vals(labels[0], last)
+    base_mean, base_se = mean_se(base_vals)
     print(f"\nfinal (step {last}) and its difference to {labels[0]} in pooled standard errors "
           "sqrt(se_a^2 + se_b^2); step time: median over all seeds' training steps 1.., validation excluded\n")
     print(f"| variant | seeds | val_correct/all at step 0 | final | final - {labels[0]} | in pooled SE | "
           "step s (median) |")
     print("|---|---|---|---|---|---|---|")
     for label in labels:
-        mean, se = mean_se(vals(label, last))
+        final = vals(label, last)
+        mean, se = mean_se(final)
         pooled = (se ** 2 + base_se ** 2) ** 0.5
-        z = (mean - base_mean) / pooled if pooled else 0.0
-        first = "{:.3f} +- {:.3f}".format(*mean_se(vals(label, val_steps[0])))
+        # with one seed on either side there is no spread to measure the difference against
+        z = f"{(mean - base_mean) / pooled:+.2f}" if pooled and min(len(final), len(base_vals)) > 1 else "n/a"
+        first = mean_pm_se(vals(label, val_steps[0]))
         times = [t for recs in runs[label].values() for t in step_times(recs)]
-        print(f"| {label} | {len(runs[label])} | {first} | {mean:.3f} +- {se:.3f} | {mean - base_mean:+.3f} | "
-              f"{z:+.2f} | {statistics.median(times):.1f} |")
+        print(f"| {label} | {len(runs[label])} | {first} | {mean_pm_se(final)} | {mean - base_mean:+.3f} | "
+              f"{z} | {statistics.median(times):.1f} |")
     keys = ["rollout_corr/k3_kl", "rollout_corr/kl", "rollout_corr/ppl_ratio", "rollout_corr/chi2_token",
             "rollout_corr/chi2_seq", "rollout_corr/rollout_is_eff_sample_size", "rollout_corr/rollout_is_max",
             "rollout_corr/rollout_is_ratio_fraction_high"]
