@@ -5,7 +5,6 @@ measurement the simulation cannot explain (a slower device than the calibration 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import pytest
 
 from rlvr.sim.latency import LatencyModel
 from rlvr.sim.pipeline import DOMAIN, OVERLAP_MODES, SimSpec, simulate
+from tests.helpers.bench_modules import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "async_at_scale.py"
 SETTINGS = dict(prompts=4, group_size=5, mini_batches=4, engine_batches=4, concurrency=2, deadline_s=120.0,
                 steps=5, warmup_steps=2, low=0.2, high=2.0)  # compute and rewards both matter
 OFFSET_S = 0.03  # the transport overhead the "measured" calls carry on top of the judge's draws
@@ -23,10 +22,7 @@ BEHAVIOUR_S = 2.0  # what generation costs more when it returns behaviour logpro
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("async_at_scale", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("async_at_scale")
 
 
 def _spec(latency: LatencyModel, draws: tuple[float, ...] = (), slow: float = 1.0, generate_s: float = 6.0

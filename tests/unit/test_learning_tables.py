@@ -3,20 +3,14 @@ error of 0 would claim a precision one run cannot show); several seeds print mea
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
+from tests.helpers.bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def learning():
-    spec = importlib.util.spec_from_file_location("learning", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("learning")
 
 
 def run(start: float, end: float) -> dict[int, dict]:

@@ -3,21 +3,16 @@ the run ends at the last mark, and the time to a target is the first saved weigh
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "race.py"
+from tests.helpers.bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def race():
-    spec = importlib.util.spec_from_file_location("race", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("race")
 
 
 class FakeTime:

@@ -3,20 +3,14 @@ the plugin's start and end lines, and the per-group table (a test too short to s
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "suite_cpu.py"
+from tests.helpers.bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def suite_cpu():
-    spec = importlib.util.spec_from_file_location("suite_cpu", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("suite_cpu")
 
 
 # (time, busy jiffies, total jiffies): 0-10 s the machine is fully busy, 10-20 s a quarter busy
