@@ -5,12 +5,16 @@ math data.
     .venv/bin/python bench/learning.py --seeds 1 2 3 --variant fp32 actor_train.bf16_autocast=false \
         --variant bf16 actor_train.bf16_autocast=true generation.dtype=bfloat16 ...
     .venv/bin/python bench/learning.py --lora --seeds 1 2 3 --steps 8 --eval-every 4   # LoRA ranks vs full
+    .venv/bin/python bench/learning.py --algorithms grpo dapo ... --seeds 1 2 3 --steps 8 --eval-every 4 \
+        --out bench/results/algorithms.jsonl --resume        # a sweep over sittings: runs only what --out lacks
 
 Each algorithm (an `algorithm` preset) or named variant (a set of overrides) runs with the same config, data, steps
 and seed, one after the other in this process; with several seeds the runs go seed by seed, every variant once per
 seed, so a cut-short bench still compares like with like, and the tables give mean +- standard error over seeds
 (sample standard deviation / sqrt(n)) with the final difference in units of the pooled standard error
-sqrt(se_a^2 + se_b^2). Each finished run's records are appended to --out (JSON lines) as it ends.
+sqrt(se_a^2 + se_b^2). Each finished run's records are appended to --out (JSON lines) as it ends; with `--resume`
+the runs already there (same variant, seed and number of steps) are skipped, so a sweep longer than one sitting
+goes on where it stopped by repeating its command.
 
 With one algorithm it prints a table per step: mean training reward per domain and, on validation steps,
 val_correct per domain and overall (greedy decoding on the held-out split). With several it prints one table of
@@ -222,16 +226,42 @@ def resource_table(runs: dict[str, dict[int, dict[int, dict]]]) -> None:
         print(f"| {label} | {train:.1f} | {train / base:.2f} | {sync:.1f} | {steps:.1f} | {rss:.2f} | {size} |")
 
 
+def cpu_name() -> str:
+    """The CPU's model name (its step times say little without it: this box's kind has come as a Xeon with
+    AMX-BF16 and as an AVX2 EPYC about 2x slower in fp32)."""
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def finished_runs(path: str | None, steps: int) -> set[tuple[str, int | None]]:
+    """(variant, seed) of the runs `path` already holds with `steps` training steps (its last record is the
+    validation after step `steps`); a run of another length is not the same run, so it does not count."""
+    if not path or not Path(path).exists():
+        return set()
+    done = set()
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        if max(int(k) for k in row["records"]) == steps:
+            done.add((row["variant"], row["seed"]))
+    return done
+
+
 def print_loaded(args) -> None:
     from rlvr.config.load import load_config
 
     runs: dict[str, dict[int | None, dict[int, dict]]] = {}
+    cpus: set[str] = set()
     for path in args.load:
         for line in Path(path).read_text().splitlines():
             row = json.loads(line)
             runs.setdefault(row["variant"], {})[row["seed"]] = {int(k): v for k, v in row["records"].items()}
+            cpus.add(row.get("cpu", "unrecorded"))
     cfg = load_config(args.config, args.overrides)
-    print(f"loaded {', '.join(args.load)}: {', '.join(f'{v} seeds {sorted(r)}' for v, r in runs.items())}")
+    print(f"loaded {', '.join(args.load)}: {', '.join(f'{v} seeds {sorted(r)}' for v, r in runs.items())}; "
+          f"CPUs: {', '.join(sorted(cpus))}")
     seed_tables(cfg, runs)
     resource_table(runs)
 
@@ -253,6 +283,8 @@ def main() -> None:
     parser.add_argument("--lora", action="store_true",
                         help="full fine-tuning against LoRA ranks 8 and 32, with the resource table")
     parser.add_argument("--lora-lr", type=float, default=1e-4, help="actor_train.lr of the LoRA variants")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the runs --out already holds (same variant, seed and --steps)")
     parser.add_argument("--save-last", action="store_true",
                         help="save a checkpoint after the last step and report its size (then delete it)")
     parser.add_argument("overrides", nargs="*")
@@ -264,19 +296,28 @@ def main() -> None:
 
     if args.load:
         return print_loaded(args)
+    if args.resume and not args.out:
+        parser.error("--resume goes on from the runs in --out: name it")
     variants = variants_of(args)
     seeds = args.seeds or [None]
     runs: dict[str, dict[int | None, dict[int, dict]]] = {label: {} for label in variants}
     cfg = None
+    skip = finished_runs(args.out, args.steps) if args.resume else set()
     for seed in seeds:
         for label, extra in variants.items():
+            if (label, seed) in skip:
+                print(f"{label} seed {seed}: already in {args.out}, skipped (--resume)", flush=True)
+                continue
             seeded = [f"run.seed={seed}"] if seed is not None else []
             cfg, records, elapsed = run(args.config, label, args, args.overrides + extra + seeded)
             runs[label][seed] = records
-            if args.out:
+            if args.out:  # with the CPU: sittings of one sweep may land on machines of different speed
                 with open(args.out, "a") as f:
-                    f.write(json.dumps({"variant": label, "seed": seed, "elapsed_s": elapsed,
+                    f.write(json.dumps({"variant": label, "seed": seed, "elapsed_s": elapsed, "cpu": cpu_name(),
                                         "records": records}) + "\n")
+    if args.resume:  # the tables of the whole sweep, this sitting's runs and the earlier ones
+        args.load = [args.out]
+        return print_loaded(args)
     print(f"\nmodel={cfg.model.path} prompts/step={cfg.rollout.prompts_per_step} group={cfg.rollout.group_size} "
           f"max_new_tokens={cfg.generation.max_new_tokens} lr={cfg.actor_train.lr} steps={args.steps} "
           f"seeds={seeds} variants={variants} overrides={args.overrides} "

@@ -1,7 +1,9 @@
 """bench/learning.py's seed table: one seed prints bare values and no difference in standard errors (a standard
-error of 0 would claim a precision one run cannot show); several seeds print mean +- SE and the difference."""
+error of 0 would claim a precision one run cannot show); several seeds print mean +- SE and the difference. `--resume` skips the runs already in --out."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -36,3 +38,17 @@ def test_three_seeds_print_mean_se_and_the_difference_in_pooled_se(learning, cap
     # se = 0.1 / sqrt(3) each, pooled sqrt(2) * 0.0577 = 0.0816; difference 0.2 -> +2.45
     assert rows["b"] == ["3", "0.500 +- 0.000", "0.800 +- 0.058", "+0.200", "+2.45", "10.0"]
     assert rows["a"][2:4] == ["0.600 +- 0.058", "+0.000"]
+
+
+def test_resume_skips_only_the_runs_of_the_same_length(learning, tmp_path):
+    """A sweep repeated with --resume skips (variant, seed) pairs --out holds with the same number of steps; a
+    run of another length, or of another seed, is run again."""
+    out = tmp_path / "runs.jsonl"
+    rows = [{"variant": "grpo", "seed": 1, "records": {"0": {}, "4": {}, "8": {}}},
+            {"variant": "grpo", "seed": 2, "records": {"0": {}, "2": {}}},  # a 2-step run
+            {"variant": "dapo", "seed": None, "records": {"0": {}, "8": {}}}]
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert learning.finished_runs(str(out), 8) == {("grpo", 1), ("dapo", None)}
+    assert learning.finished_runs(str(out), 2) == {("grpo", 2)}
+    assert learning.finished_runs(str(tmp_path / "absent.jsonl"), 8) == set()
+    assert learning.finished_runs(None, 8) == set()
