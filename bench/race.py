@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/race.py [--budget-min 20] [--marks 10] [--seeds 1 2 3] [--out race.jsonl] [key=value ...]
     .venv/bin/python bench/race.py --load race.jsonl [more.jsonl ...]      # the tables of runs already made
+    .venv/bin/python bench/race.py --seeds 1 2 3 --out race.jsonl --resume  # only the seeds race.jsonl lacks
 
 The same for both, taken from one loaded rlvr config (configs/math.yaml and the key=value overrides), so they
 cannot drift apart: the model (SmolLM2-135M-Instruct), the shipped math train data (each framework shuffles it
@@ -20,7 +21,9 @@ TRL: loading the model), so start-up counts as a user waits for it. At every mar
 step that ends after it saves the policy's weights; the time spent saving is taken off the clock, and the run
 stops at the last mark. The saved weights and the base model are then scored by one evaluator for both
 (`python -m rlvr.eval`: vLLM, greedy, configs/math.yaml's validation split, 64 prompts), outside every budget; a
-run's records go to --out when its seed's evaluation ends, so a bench cut short keeps what it finished.
+run's records go to --out when its seed's evaluation ends, so a bench cut short keeps what it finished, and
+`--resume` runs only the seeds --out lacks (a whole race is ~2.5 hours here: it can take several sittings; each
+record names the CPU it ran on, since the wall-clock compares only between runs on the same kind).
 
 Tables: val_correct/all against the marks' wall-clock (mean +- standard error over seeds), the time each run
 first reaches base + 0.10 and base + 0.20 (at the resolution of the marks: the elapsed time of the first saved
@@ -46,7 +49,7 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
-from learning import mean_se  # noqa: E402
+from learning import cpu_name, mean_se  # noqa: E402
 
 CONFIG = "configs/math.yaml"
 THRESHOLDS = (0.10, 0.20)
@@ -217,12 +220,23 @@ def race_seed(args, seed: int, work: Path, with_base: bool) -> list[dict]:
             base.symlink_to(resolve_model_path(cfg.model.path, cfg.model.cache_dir))
         models.insert(0, base)
     scores = evaluate(models, args.overrides)
-    records = [{"framework": "base", "seed": seed, "mark": 0, "elapsed_s": 0.0, **scores["base"]}] if with_base else []
+    cpu = cpu_name()
+    records = ([{"framework": "base", "seed": seed, "mark": 0, "elapsed_s": 0.0, "cpu": cpu, **scores["base"]}]
+               if with_base else [])
     for framework, marks in saved.items():
         for m in marks:
-            records.append({"framework": framework, "seed": seed, **m, **scores[Path(m["dir"]).name]})
+            records.append({"framework": framework, "seed": seed, "cpu": cpu, **m, **scores[Path(m["dir"]).name]})
             shutil.rmtree(m["dir"], ignore_errors=True)
     return records
+
+
+def finished_seeds(records: list[dict], frameworks: list[str], budget_s: float, marks: int) -> set[int]:
+    """Seeds whose race `records` hold whole for every framework: its last mark saved at the same budget and number
+    of marks (a race of another length is another race, so it does not count)."""
+    last = {(r["framework"], r["seed"]) for r in records
+            if r["framework"] != "base" and r["mark"] == marks and abs(r["mark_s"] - budget_s) < 1e-6}
+    seeds = {r["seed"] for r in records}
+    return {s for s in seeds if all((f, s) in last for f in frameworks)}
 
 
 # ------------------------------------------------------------------------------------------------------ tables
@@ -247,8 +261,9 @@ def tables(records: list[dict]) -> None:
             runs.setdefault(r["framework"], {}).setdefault(r["seed"], []).append(r)
     frameworks = list(runs)
     n_marks = max(m["mark"] for f in runs.values() for marks in f.values() for m in marks)
+    cpus = sorted({r.get("cpu", "unrecorded") for r in records})
     print(f"\nval_correct/all (held-out validation, greedy) at wall-clock marks; base model {base:.3f}; "
-          f"mean +- s.e. over seeds")
+          f"mean +- s.e. over seeds; CPUs: {', '.join(cpus)}")
     print(f"{'mark':>5} {'min':>6} " + " ".join(f"{f:>24}" for f in frameworks))
     for k in range(1, n_marks + 1):
         cells, mark_s = [], None
@@ -315,6 +330,7 @@ def main() -> None:
     parser.add_argument("--frameworks", nargs="+", default=["rlvr", "trl"], choices=["rlvr", "trl"])
     parser.add_argument("--trl-vllm", action="store_true", help="TRL generates with vLLM (colocate mode)")
     parser.add_argument("--out", default="race.jsonl")
+    parser.add_argument("--resume", action="store_true", help="run only the seeds --out lacks (same budget and marks)")
     parser.add_argument("--load", nargs="+", help="print the tables of these records and stop")
     parser.add_argument("--plot", default=None, help="also draw val_correct against wall-clock into this PNG")
     parser.add_argument("--work", default=None, help="where runs save their marks (default: .cache/race)")
@@ -335,11 +351,22 @@ def main() -> None:
         (run_rlvr if args.one == "rlvr" else run_trl)(args, work, f"{args.one}-s{args.seed}")
         return
     records = []
-    for i, seed in enumerate(args.seeds):
-        new = race_seed(args, seed, work, with_base=i == 0)
+    if args.resume and Path(args.out).exists():
+        records = [json.loads(line) for line in Path(args.out).read_text().splitlines()]
+    done = finished_seeds(records, args.frameworks, args.budget_min * 60, args.marks)
+    for seed in args.seeds:
+        if seed in done:
+            print(f"seed {seed}: already in {args.out}, skipped (--resume)", flush=True)
+            continue
+        with_base = not any(r["framework"] == "base" for r in records)
+        new = race_seed(args, seed, work, with_base=with_base)
         with open(args.out, "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in new)
         records += new
+        tables(records)
+        if args.plot:
+            plot(records, Path(args.plot))
+    if records and done >= set(args.seeds):  # every seed was there already: the tables of what --out holds
         tables(records)
         if args.plot:
             plot(records, Path(args.plot))

@@ -1,5 +1,6 @@
 """bench/learning.py's seed table: one seed prints bare values and no difference in standard errors (a standard
-error of 0 would claim a precision one run cannot show); several seeds print mean +- SE and the difference. `--resume` skips the runs already in --out."""
+error of 0 would claim a precision one run cannot show); several seeds print mean +- SE and the difference.
+`--resume` skips the runs already in --out."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """bench/race.py's clock and tables: a mark is due only on the training clock (time spent saving a mark is off it),
-the run ends at the last mark, and the time to a target is the first saved weights at or above it."""
+the run ends at the last mark, and the time to a target is the first saved weights at or above it; --resume skips
+only whole seeds."""
 
 from __future__ import annotations
 
@@ -74,3 +75,19 @@ def test_tables_give_each_framework_its_times_and_the_ratio(race, capsys):
     assert "4.00 (2/2 seeds)" in twenty and "-" in twenty.split("seeds)")[1]
     end = next(line for line in out.splitlines() if line.startswith("val_correct at budget end"))
     assert "0.600 +- 0.000" in end and "0.500 +- 0.000" in end
+
+
+def test_resume_counts_a_seed_only_when_every_framework_ran_the_same_race(race):
+    """--resume skips a seed only when each framework's last mark is there at the same budget and number of marks;
+    a seed cut short (TRL never ran) or run with another budget runs again."""
+    def last(framework, seed, budget_s=1200.0, marks=10):
+        return {"framework": framework, "seed": seed, "mark": marks, "mark_s": budget_s}
+
+    records = [{"framework": "base", "seed": 1, "mark": 0},
+               last("rlvr", 1), last("trl", 1),                                  # whole
+               last("rlvr", 2),                                                  # TRL missing
+               last("rlvr", 3, budget_s=480.0, marks=4), last("trl", 3, budget_s=480.0, marks=4)]  # an 8-min race
+    assert race.finished_seeds(records, ["rlvr", "trl"], 1200.0, 10) == {1}
+    assert race.finished_seeds(records, ["rlvr"], 1200.0, 10) == {1, 2}
+    assert race.finished_seeds(records, ["rlvr", "trl"], 480.0, 4) == {3}
+    assert race.finished_seeds([], ["rlvr", "trl"], 1200.0, 10) == set()
