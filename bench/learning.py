@@ -241,12 +241,13 @@ def finished_runs(path: str | None, steps: int) -> set[tuple[str, int | None]]:
     validation after step `steps`); a run of another length is not the same run, so it does not count."""
     if not path or not Path(path).exists():
         return set()
-    done = set()
-    for line in Path(path).read_text().splitlines():
-        row = json.loads(line)
-        if max(int(k) for k in row["records"]) == steps:
-            done.add((row["variant"], row["seed"]))
-    return done
+    return {(row["variant"], row["seed"]) for row in read_rows([path])
+            if max(int(k) for k in row["records"]) == steps}
+
+
+def read_rows(paths: list[str]) -> list[dict]:
+    """The run records (one per variant and seed) of these --out files, in order."""
+    return [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()]
 
 
 def print_loaded(args) -> None:
@@ -254,11 +255,9 @@ def print_loaded(args) -> None:
 
     runs: dict[str, dict[int | None, dict[int, dict]]] = {}
     cpus: set[str] = set()
-    for path in args.load:
-        for line in Path(path).read_text().splitlines():
-            row = json.loads(line)
-            runs.setdefault(row["variant"], {})[row["seed"]] = {int(k): v for k, v in row["records"].items()}
-            cpus.add(row.get("cpu", "unrecorded"))
+    for row in read_rows(args.load):
+        runs.setdefault(row["variant"], {})[row["seed"]] = {int(k): v for k, v in row["records"].items()}
+        cpus.add(row.get("cpu", "unrecorded"))
     cfg = load_config(args.config, args.overrides)
     print(f"loaded {', '.join(args.load)}: {', '.join(f'{v} seeds {sorted(r)}' for v, r in runs.items())}; "
           f"CPUs: {', '.join(sorted(cpus))}")
