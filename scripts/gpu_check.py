@@ -14,9 +14,9 @@ Llama, tests/helpers/train_batches.py). Each row compares the device's result wi
     packed vs padded: logprobs, gradient  one packed stream per micro-batch against padded rows, fp32
 
 Then a timing table (no pass/fail; `--no-timing` skips it): one TorchStrategy train step over the same rows in fp32
-padded, bf16 padded and bf16 packed, on a randomly initialised model of SmolLM2-135M-Instruct's shape (the default
-model's weights are not on the lent machine, and its shape is what the cost depends on), in real (unpadded)
-tokens per second.
+padded, bf16 padded (`--padded-rows`: micro-batches of that many rows) and bf16 packed (`--budgets`: tokens per
+packed micro-batch), on a randomly initialised model of SmolLM2-135M-Instruct's shape (the default model's weights
+are not on the lent machine, and its shape is what the cost depends on), in real (unpadded) tokens per second.
 """
 
 from __future__ import annotations
@@ -112,15 +112,24 @@ SHAPES = {"smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_s
                                num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048),
           "tiny": dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)}
-# name: (bf16 weights, token budget per packed micro-batch or None for padded rows)
-TIMED = {"fp32 padded": (False, None), "bf16 padded": (True, None), "bf16 packed": (True, "budget")}
+
+
+def timed_configurations(width: int, budgets: list[int] | None = None,
+                         padded_rows: list[int] | None = None) -> dict[str, tuple[bool, int | None, int]]:
+    """name: (bf16 weights, token budget per packed micro-batch or None for padded rows, rows per padded
+    micro-batch). The default budget, 16 x width / 2 tokens, is about 16 padded rows' real tokens; larger budgets
+    and micro-batches ask whether fewer, longer micro-batches pay where a step is launch-bound (an H100 at this
+    model size)."""
+    padded = {f"bf16 padded {r}": (True, None, r) for r in (padded_rows or [16])}
+    packed = {f"bf16 packed {b}": (True, b, 16) for b in (budgets or [16 * width // 2])}
+    return {"fp32 padded 16": (False, None, 16), **padded, **packed}
 
 
 def time_train_steps(device: str, shape: str = "smollm2-135m", rows: int = 64, width: int = 512,
-                     steps: int = 3) -> list[tuple[str, float, float]]:
+                     steps: int = 3, budgets: list[int] | None = None,
+                     padded_rows: list[int] | None = None) -> list[tuple[str, float, float]]:
     """(configuration, seconds per step (median of `steps` after one warm-up), real tokens per second) for one
-    train step over `rows` rows of 8..width tokens, padded micro-batches of 16 rows or packed by a budget of
-    16 x width / 2 tokens (about the padded path's real tokens per micro-batch)."""
+    train step over `rows` rows of 8..width tokens, in each of `timed_configurations`."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     batch = make_train_batch(rows, width, seed=3)
@@ -130,8 +139,8 @@ def time_train_steps(device: str, shape: str = "smollm2-135m", rows: int = 64, w
         torch.manual_seed(0)
         LlamaForCausalLM(LlamaConfig(**SHAPES[shape], tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
                                      eos_token_id=2)).save_pretrained(Path(tmp) / "m")
-        for name, (bf16, budget) in TIMED.items():
-            cfg = trainer_cfg(bf16, 16 * width // 2 if budget else None, micro_batch_size=16)
+        for name, (bf16, budget, micro_rows) in timed_configurations(width, budgets, padded_rows).items():
+            cfg = trainer_cfg(bf16, budget, micro_batch_size=micro_rows)
             s = TorchStrategy(str(Path(tmp) / "m"), cfg, total_steps=steps + 1, seed=0, device=device)
             settings = ObjectiveSettings()
             seconds = []
@@ -157,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--no-timing", action="store_true", help="the checks only, not the train-step timing")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m", help="the timed model's shape")
+    parser.add_argument("--budgets", type=int, nargs="+", default=None,
+                        help="token budgets per packed micro-batch to time (default: 4096, 16 rows x 512 / 2)")
+    parser.add_argument("--padded-rows", type=int, nargs="+", default=None,
+                        help="rows per padded bf16 micro-batch to time (default: 16)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration, after one warm-up")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here: skipped (python scripts/gpu_check.py --device cpu runs it on CPU)")
@@ -168,12 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     for check, result, expected, ok in rows:
         print(f"{check:<38} {result:<38} {expected:<22} {'yes' if ok else 'NO'}")
     if not args.no_timing:
-        timed = time_train_steps(args.device, args.shape)
+        timed = time_train_steps(args.device, args.shape, steps=args.steps, budgets=args.budgets,
+                                 padded_rows=args.padded_rows)
         base = timed[0][1]
         print(f"\ntrain step, {args.shape} shape, 64 rows of 8..512 tokens ({args.device}):")
-        print(f"{'configuration':<14} {'s/step':>8} {'tokens/s':>10} {'vs fp32 padded':>15}")
+        print(f"{'configuration':<18} {'s/step':>8} {'tokens/s':>10} {'vs fp32':>8}")
         for name, seconds, rate in timed:
-            print(f"{name:<14} {seconds:8.3f} {rate:10.0f} {seconds / base:14.2f}x")
+            print(f"{name:<18} {seconds:8.3f} {rate:10.0f} {seconds / base:7.2f}x")
     return 0 if all(ok for *_, ok in rows) else 1
 
 

@@ -39,8 +39,10 @@ def test_its_timing_runs_every_configuration_over_the_same_real_tokens():
 
     sys.path.insert(0, str(REPO / "scripts"))
     gpu_check = importlib.import_module("gpu_check")
-    timed = gpu_check.time_train_steps("cpu", "tiny", rows=6, width=24, steps=1)
-    assert [name for name, *_ in timed] == list(gpu_check.TIMED)
+    timed = gpu_check.time_train_steps("cpu", "tiny", rows=6, width=24, steps=1, budgets=[48, 96],
+                                       padded_rows=[2, 6])
+    assert [name for name, *_ in timed] == ["fp32 padded 16", "bf16 padded 2", "bf16 padded 6", "bf16 packed 48",
+                                            "bf16 packed 96"]
     # the same rows in every configuration: tokens/s x s/step is the batch's real token count each time
     tokens = {round(seconds * rate) for _, seconds, rate in timed}
     assert tokens == {int(gpu_check.make_train_batch(6, 24, seed=3)["attention_mask"].sum())}
