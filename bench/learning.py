@@ -246,7 +246,7 @@ def finished_runs(path: str | None, steps: int) -> set[tuple[str, int | None]]:
 
 
 def read_rows(paths: list[str]) -> list[dict]:
-    """The run records (one per variant and seed) of these --out files, in order."""
+    """The records of these JSON-lines files (--out of this bench or of bench/race.py), in order."""
     return [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()]
 
 

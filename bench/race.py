@@ -49,7 +49,7 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
-from learning import cpu_name, mean_se  # noqa: E402
+from learning import cpu_name, mean_se, read_rows  # noqa: E402
 
 CONFIG = "configs/math.yaml"
 THRESHOLDS = (0.10, 0.20)
@@ -230,11 +230,6 @@ def race_seed(args, seed: int, work: Path, with_base: bool) -> list[dict]:
     return records
 
 
-def read_records(paths: list[str]) -> list[dict]:
-    """The race records of these JSON-lines files, in order."""
-    return [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()]
-
-
 def finished_seeds(records: list[dict], frameworks: list[str], budget_s: float, marks: int) -> set[int]:
     """Seeds whose race `records` hold whole for every framework: its last mark saved at the same budget and number
     of marks (a race of another length is another race, so it does not count)."""
@@ -345,7 +340,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.load:
-        records = read_records(args.load)
+        records = read_rows(args.load)
         tables(records)
         if args.plot:
             plot(records, Path(args.plot))
@@ -357,7 +352,7 @@ def main() -> None:
         return
     records = []
     if args.resume and Path(args.out).exists():
-        records = read_records([args.out])
+        records = read_rows([args.out])
     done = finished_seeds(records, args.frameworks, args.budget_min * 60, args.marks)
     for seed in args.seeds:
         if seed in done:
