@@ -3,12 +3,15 @@
 bf16 pays only where the machine has bf16 arithmetic: on a CPU with AMX-BF16 a bf16 matrix product ran 9.4x
 faster than fp32 and a forward + backward of the default model 2.9x (docs/precision.md), but on a CPU with AVX2
 only (an AMD EPYC of the same 2-core kind, 2026-11-26) torch emulates bf16: a 1024 x 1024 product ran at 0.001
-TFLOP/s against 0.109 in fp32, and the main job's first step took 964 s against ~40 s. So the shipped configs say
+TFLOP/s against 0.109 in fp32, and the main job's first step took 964 s against ~40 s. AVX512-BF16 alone is not
+enough either: on a Xeon of this kind whose hypervisor hides AMX (family 6 model 207, 2026-11-28: `avx512_bf16`
+listed, `amx_bf16` not) a 2048 x 2048 bf16 product ran at 0.17 TFLOP/s against 0.30 in fp32 and a forward +
+backward of the default model at 0.82x fp32's tokens/s (docs/precision.md). So the shipped configs say
 `auto` (generation.dtype, actor_train/critic.bf16_autocast) and each section resolves it when it is validated:
 
 - bf16 when the section asks for GPUs (`num_gpus_per_worker` > 0) or this host has one (`nvidia-smi`, the check
   scripts/setup.sh uses to pick vLLM's build): tensor cores since Ampere;
-- bf16 when this host's CPU has AMX-BF16 or AVX512-BF16 (/proc/cpuinfo flags);
+- bf16 when this host's CPU has AMX-BF16 (`amx_bf16` in /proc/cpuinfo's flags), the matrix unit bf16 pays on;
 - fp32 otherwise.
 
 The resolved value is what the run uses and saves (config.yaml); the host that resolves it is the driver's, so a
@@ -21,7 +24,7 @@ import functools
 import shutil
 from pathlib import Path
 
-NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+NATIVE_BF16_CPU_FLAGS = ("amx_bf16",)  # avx512_bf16 alone measured slower than fp32 (the docstring)
 AUTO_KEYS = ("generation.dtype", "actor_train.bf16_autocast", "critic.bf16_autocast")  # the keys that take `auto`
 
 
@@ -38,19 +41,25 @@ def bf16_native_on_cpu(flags: set[str]) -> bool:
     return any(f in flags for f in NATIVE_BF16_CPU_FLAGS)
 
 
+def cpu_precision(flags: set[str]) -> tuple[bool, str]:
+    """(bf16 is native on a CPU with these flags, why)."""
+    found = [f for f in NATIVE_BF16_CPU_FLAGS if f in flags]
+    if found:
+        return True, f"this CPU has {', '.join(found)}"
+    if "avx512_bf16" in flags:
+        return False, "this CPU has avx512_bf16 but not amx_bf16 (bf16 measured slower than fp32 there)"
+    return False, "this CPU has no amx_bf16"
+
+
 @functools.cache
 def host_precision() -> tuple[bool, str]:
     """(bf16 is native here, why): read once per process."""
     if shutil.which("nvidia-smi"):
         return True, "this host has a GPU (nvidia-smi)"
     try:
-        flags = cpu_flags(Path("/proc/cpuinfo").read_text())
+        return cpu_precision(cpu_flags(Path("/proc/cpuinfo").read_text()))
     except OSError:
-        flags = set()
-    found = [f for f in NATIVE_BF16_CPU_FLAGS if f in flags]
-    if found:
-        return True, f"this CPU has {', '.join(found)}"
-    return False, "this CPU has neither amx_bf16 nor avx512_bf16"
+        return cpu_precision(set())
 
 
 def auto_bf16(num_gpus_per_worker: float | None) -> bool:
@@ -58,4 +67,4 @@ def auto_bf16(num_gpus_per_worker: float | None) -> bool:
     return bool(num_gpus_per_worker) or host_precision()[0]
 
 
-__all__ = ["AUTO_KEYS", "auto_bf16", "bf16_native_on_cpu", "cpu_flags", "host_precision"]
+__all__ = ["AUTO_KEYS", "auto_bf16", "bf16_native_on_cpu", "cpu_flags", "cpu_precision", "host_precision"]
