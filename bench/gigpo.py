@@ -8,7 +8,9 @@ train   Training runs on the grid puzzle alone, on the default model, the two es
         (greedy, held-out levels), side by side. Heavy: run it under the machine-wide lock.
 
     python bench/gigpo.py --part credit
-    flock /tmp/rlvr-heavy.lock python bench/gigpo.py --part train --steps 8 --seeds 2
+    flock /tmp/rlvr-heavy.lock python bench/gigpo.py --part train --steps 8 --eval-every 4 --seeds 3 \
+        --out bench/results/gigpo.jsonl          # repeat to go on: it runs only what --out lacks
+    python bench/gigpo.py --load bench/results/gigpo.jsonl
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from rlvr.algorithms.gigpo import (EpisodeTurns, anchor_groups, gigpo_turn_advantages, intern_state_keys,  # noqa: E402
                                    multi_step_grpo_turn_advantages)
+from bench.learning import cpu_name, mean_pm_se, mean_se, read_rows  # noqa: E402
 from rlvr.envs.grid_puzzle import MOVES, GridPuzzleEnv, shortest_path  # noqa: E402
 
 ESTIMATORS = {
@@ -140,7 +143,8 @@ def credit_check(reps: int, tasks: int, group: int, turns: int, gamma: float, se
 
 
 # ---------------------------------------------------------------------------------------------- train
-def train_tree(preset: str, seed: int, steps: int, out: str, prompts: int, group: int, engine: str) -> dict:
+def train_tree(preset: str, seed: int, steps: int, out: str, prompts: int, group: int, engine: str,
+               eval_every: int) -> dict:
     import yaml
 
     tree = yaml.safe_load((REPO / "configs/agent.yaml").read_text())
@@ -148,7 +152,7 @@ def train_tree(preset: str, seed: int, steps: int, out: str, prompts: int, group
     tree["domains"]["grid"]["env"]["val_tasks"] = 16
     tree["data"] = {"train_files": []}
     tree["rollout"] = {"prompts_per_step": prompts, "group_size": group, "domain_interleave_probs": {"grid": 1.0}}
-    tree["run"] = {"max_steps": steps, "eval_every": steps, "save_every": 0, "seed": seed,
+    tree["run"] = {"max_steps": steps, "eval_every": eval_every, "save_every": 0, "seed": seed,
                    "output_dir": out, "name": f"{preset}-s{seed}", "progress_bar": False}
     tree["trackers"] = {"wandb": False, "tensorboard": False, "jsonl": True}
     tree["generation"]["engine"] = engine
@@ -157,55 +161,89 @@ def train_tree(preset: str, seed: int, steps: int, out: str, prompts: int, group
     return tree
 
 
-def train(steps: int, seeds: int, prompts: int, group: int, engine: str) -> None:
+PRESETS = ("gigpo", "multi_step_grpo")  # same seeds, tasks and budget for both
+
+
+def train_runs(args) -> list[dict]:
+    """Run what --out lacks (each estimator at each seed; seeds the outer loop), appending each finished run to
+    --out as it ends so that a long sweep spreads over sittings; returns this sitting's runs and --out's."""
     from rlvr.config.load import config_from_dict
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline
 
-    results: dict[str, list[list[dict]]] = {"gigpo": [], "multi_step_grpo": []}
-    timing: dict[str, list[float]] = {k: [] for k in results}
-    cached: dict[str, list[float]] = {k: [] for k in results}  # share of prompt tokens from vLLM's prefix cache
+    rows = read_rows([args.out]) if args.out and Path(args.out).exists() else []
+    done = {(r["preset"], r["seed"]) for r in rows if r["steps"] == args.steps}
+    group = 4 if args.group == 8 else args.group
     with tempfile.TemporaryDirectory() as out:
-        for seed in range(seeds):
-            for preset in results:  # same seed, tasks and budget for both
+        for seed in range(args.seeds):
+            for preset in PRESETS:
+                if (preset, seed) in done:
+                    print(f"{preset} seed {seed}: already in {args.out}, skipped", flush=True)
+                    continue
                 start = time.perf_counter()
-                pipeline = RLVRPipeline(config_from_dict(train_tree(preset, seed, steps, out, prompts, group,
-                                                                     engine)))
+                tree = train_tree(preset, seed, args.steps, out, args.prompts, group, args.engine,
+                                  args.eval_every or args.steps)
+                pipeline = RLVRPipeline(config_from_dict(tree))
                 try:
                     run_dir = pipeline.run()
                     stats = pipeline.clusters.actor_infer.first("stats")
-                    if stats.get("prompt_tokens"):
-                        cached[preset].append(stats.get("cached_prompt_tokens", 0) / stats["prompt_tokens"])
                 finally:
                     pipeline.close()
-                timing[preset].append(time.perf_counter() - start)
-                records = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-                results[preset].append(records)
-                print(f"{preset} seed {seed}: {timing[preset][-1]:.0f} s", flush=True)
+                row = {"preset": preset, "seed": seed, "steps": args.steps, "elapsed_s": time.perf_counter() - start,
+                       "cpu": cpu_name(), "prompts": args.prompts, "group": group, "engine": args.engine,
+                       "cached": (stats.get("cached_prompt_tokens", 0) / stats["prompt_tokens"]
+                                  if stats.get("prompt_tokens") else None),
+                       "records": [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]}
+                rows.append(row)
+                if args.out:
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                print(f"{preset} seed {seed}: {row['elapsed_s']:.0f} s", flush=True)
+    return [r for r in rows if r["steps"] == args.steps]
 
-    def per_step(preset: str, key: str, step: int) -> list[float]:
-        return [r[key] for records in results[preset] for r in records if r["step"] == step and key in r]
 
-    print(f"\nGiGPO vs multi_step_grpo on the grid puzzle (3x3, 1 hole, goal 1-2 moves away, <= 4 turns), "
-          f"SmolLM2-135M-Instruct, {prompts} tasks x {group} episodes per step, lr 1e-5, {seeds} seeds "
-          f"(median [min, max] over seeds), engine {engine}")
-    print(f"{'step':>4} | {'gigpo train success':28} | {'multi_step_grpo train success':30} | "
-          f"{'gigpo val success':24} | {'multi_step_grpo val':24}")
-    print("-" * 124)
+def per_step(rows: list[dict], preset: str, key: str, step: int) -> list[float]:
+    """`key` at `step`, one value per run of `preset` that logged it."""
+    return [r[key] for row in rows if row["preset"] == preset for r in row["records"]
+            if r["step"] == step and key in r]
+
+
+def train_table(rows: list[dict]) -> None:
+    """Per step, the training and validation success of both estimators (mean +- SE over seeds); the final
+    validation difference in pooled standard errors; run time, invalid actions, anchor groups."""
+    if not rows:
+        print("no training runs")
+        return
+    steps = max(r["steps"] for r in rows)
+    seeds = {p: sorted(r["seed"] for r in rows if r["preset"] == p) for p in PRESETS}
+    first = rows[0]
+    print(f"\nGiGPO vs multi_step_grpo on the grid puzzle (configs/agent.yaml's grid domain), SmolLM2-135M-Instruct, "
+          f"{first['prompts']} tasks x {first['group']} episodes per step, lr 1e-5, engine {first['engine']}; "
+          f"seeds {seeds}; mean +- SE over seeds; CPUs: {', '.join(sorted({r['cpu'] for r in rows}))}")
+    keys = {"train": "grid/episode/success/mean", "val": "val_correct/grid/mean"}
+    print(f"| step | {' | '.join(f'{p} {k}' for k in keys for p in PRESETS)} |")
+    print("|---:|" + "---|" * (2 * len(PRESETS)))
     for step in range(steps + 1):
-        train_g = per_step("gigpo", "grid/episode/success/mean", step)
-        train_m = per_step("multi_step_grpo", "grid/episode/success/mean", step)
-        val_g = per_step("gigpo", "val_correct/grid/mean", step)
-        val_m = per_step("multi_step_grpo", "val_correct/grid/mean", step)
-        cells = [spread(v) if v else "-" for v in (train_g, train_m, val_g, val_m)]
-        print(f"{step:>4} | {cells[0]:28} | {cells[1]:30} | {cells[2]:24} | {cells[3]:24}")
-    for preset in results:
-        invalid = [r["grid/episode/invalid_action_rate"] for records in results[preset] for r in records
-                   if "grid/episode/invalid_action_rate" in r]
-        grouped = [r["grid/gigpo/anchor_steps_grouped_frac"] for records in results[preset] for r in records
+        cells = [per_step(rows, p, key, step) for key in keys.values() for p in PRESETS]
+        if any(cells):
+            print(f"| {step} | {' | '.join(mean_pm_se(c) if c else '-' for c in cells)} |")
+    final = [per_step(rows, p, keys["val"], steps) for p in PRESETS]
+    if all(len(v) > 1 for v in final):
+        (mg, sg), (mm, sm) = (mean_se(v) for v in final)
+        pooled = (sg ** 2 + sm ** 2) ** 0.5
+        z = f"{(mg - mm) / pooled:+.2f} pooled SE" if pooled else "n/a"
+        print(f"final validation, gigpo - multi_step_grpo: {mg - mm:+.3f} ({z})")
+    for preset in PRESETS:
+        mine = [r for r in rows if r["preset"] == preset]
+        if not mine:
+            continue
+        recs = [rec for r in mine for rec in r["records"]]
+        invalid = [r["grid/episode/invalid_action_rate"] for r in recs if "grid/episode/invalid_action_rate" in r]
+        grouped = [r["grid/gigpo/anchor_steps_grouped_frac"] for r in recs
                    if "grid/gigpo/anchor_steps_grouped_frac" in r]
-        print(f"{preset}: run time {spread(timing[preset])} s; invalid action rate {spread(invalid)}; "
-              f"steps in anchor groups >= 2 {spread(grouped)}"
-              + (f"; prompt tokens from the prefix cache {spread(cached[preset])}" if cached[preset] else ""))
+        cached = [r["cached"] for r in mine if r.get("cached") is not None]
+        print(f"{preset}: run time {spread([r['elapsed_s'] for r in mine])} s; invalid action rate "
+              f"{spread(invalid) if invalid else '-'}; steps in anchor groups >= 2 {spread(grouped) if grouped else '-'}"
+              + (f"; prompt tokens from the prefix cache {spread(cached)}" if cached else ""))
 
 
 def main() -> None:
@@ -218,14 +256,20 @@ def main() -> None:
     parser.add_argument("--gamma", type=float, default=0.95)
     parser.add_argument("--skill", type=float, default=0.5, help="credit: probability of a best move")
     parser.add_argument("--steps", type=int, default=8, help="train: steps per run")
-    parser.add_argument("--seeds", type=int, default=2, help="train: seeds per estimator")
+    parser.add_argument("--seeds", type=int, default=2, help="train: seeds per estimator (0 .. N-1)")
+    parser.add_argument("--eval-every", type=int, default=None, help="train: validation interval (default: --steps)")
+    parser.add_argument("--out", default=None, help="train: append each finished run here (JSON lines) and skip "
+                        "the runs it already holds (same estimator, seed and --steps)")
+    parser.add_argument("--load", default=None, metavar="JSONL", help="train: print the table of an --out file")
     parser.add_argument("--prompts", type=int, default=8, help="train: tasks per step")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     args = parser.parse_args()
     if args.part in ("credit", "all"):
         credit_check(args.reps, args.tasks, args.group, args.turns, args.gamma, seed=0, skill=args.skill)
+    if args.load:
+        return train_table([r for r in read_rows([args.load])])
     if args.part in ("train", "all"):
-        train(args.steps, args.seeds, args.prompts, 4 if args.group == 8 else args.group, args.engine)
+        train_table(train_runs(args))
 
 
 if __name__ == "__main__":
