@@ -264,10 +264,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="train: tasks per step")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
     args = parser.parse_args()
+    if args.load:
+        return train_table(read_rows([args.load]))
     if args.part in ("credit", "all"):
         credit_check(args.reps, args.tasks, args.group, args.turns, args.gamma, seed=0, skill=args.skill)
-    if args.load:
-        return train_table([r for r in read_rows([args.load])])
     if args.part in ("train", "all"):
         train_table(train_runs(args))
 
