@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from rlvr.algorithms.gigpo import (EpisodeTurns, anchor_groups, gigpo_turn_advantages, intern_state_keys,  # noqa: E402
                                    multi_step_grpo_turn_advantages)
-from bench.learning import cpu_name, mean_pm_se, mean_se, read_rows  # noqa: E402
+from bench.learning import cpu_name, mean_pm_se, pooled_difference, read_rows  # noqa: E402
 from rlvr.envs.grid_puzzle import MOVES, GridPuzzleEnv, shortest_path  # noqa: E402
 
 ESTIMATORS = {
@@ -228,10 +228,8 @@ def train_table(rows: list[dict]) -> None:
             print(f"| {step} | {' | '.join(mean_pm_se(c) if c else '-' for c in cells)} |")
     final = [per_step(rows, p, keys["val"], steps) for p in PRESETS]
     if all(len(v) > 1 for v in final):
-        (mg, sg), (mm, sm) = (mean_se(v) for v in final)
-        pooled = (sg ** 2 + sm ** 2) ** 0.5
-        z = f"{(mg - mm) / pooled:+.2f} pooled SE" if pooled else "n/a"
-        print(f"final validation, gigpo - multi_step_grpo: {mg - mm:+.3f} ({z})")
+        diff, z = pooled_difference(*final)
+        print(f"final validation, gigpo - multi_step_grpo: {diff:+.3f} ({z} pooled SE)")
     for preset in PRESETS:
         mine = [r for r in rows if r["preset"] == preset]
         if not mine:

@@ -153,6 +153,15 @@ def mean_pm_se(values: list[float]) -> str:
     return f"{mean:.3f} +- {se:.3f}" if len(values) > 1 else f"{mean:.3f}"
 
 
+def pooled_difference(values: list[float], base: list[float]) -> tuple[float, str]:
+    """(mean(values) - mean(base), that difference in pooled standard errors sqrt(se_a^2 + se_b^2) as "+1.23", or
+    "n/a" with one seed on either side: there is no spread to measure the difference against)."""
+    (mean, se), (base_mean, base_se) = mean_se(values), mean_se(base)
+    pooled = (se ** 2 + base_se ** 2) ** 0.5
+    return mean - base_mean, (f"{(mean - base_mean) / pooled:+.2f}" if pooled and min(len(values), len(base)) > 1
+                              else "n/a")
+
+
 def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
     """val_correct/all per evaluation (mean +- SE over seeds), the final values against the first variant in pooled
     standard errors, the step times, and the mean rollout-trainer mismatch per variant where it was measured."""
@@ -171,7 +180,6 @@ def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
         print(f"| {step} | " + " | ".join(cells) + " |")
     last = val_steps[-1]
     base_vals = vals(labels[0], last)
-    base_mean, base_se = mean_se(base_vals)
     print(f"\nfinal (step {last}) and its difference to {labels[0]} in pooled standard errors "
           "sqrt(se_a^2 + se_b^2); step time: median over all seeds' training steps 1.., validation excluded\n")
     print(f"| variant | seeds | val_correct/all at step 0 | final | final - {labels[0]} | in pooled SE | "
@@ -179,13 +187,10 @@ def seed_tables(cfg, runs: dict[str, dict[int, dict[int, dict]]]) -> None:
     print("|---|---|---|---|---|---|---|")
     for label in labels:
         final = vals(label, last)
-        mean, se = mean_se(final)
-        pooled = (se ** 2 + base_se ** 2) ** 0.5
-        # with one seed on either side there is no spread to measure the difference against
-        z = f"{(mean - base_mean) / pooled:+.2f}" if pooled and min(len(final), len(base_vals)) > 1 else "n/a"
+        diff, z = pooled_difference(final, base_vals)
         first = mean_pm_se(vals(label, val_steps[0]))
         times = [t for recs in runs[label].values() for t in step_times(recs)]
-        print(f"| {label} | {len(runs[label])} | {first} | {mean_pm_se(final)} | {mean - base_mean:+.3f} | "
+        print(f"| {label} | {len(runs[label])} | {first} | {mean_pm_se(final)} | {diff:+.3f} | "
               f"{z} | {statistics.median(times):.1f} |")
     keys = ["rollout_corr/k3_kl", "rollout_corr/kl", "rollout_corr/ppl_ratio", "rollout_corr/chi2_token",
             "rollout_corr/chi2_seq", "rollout_corr/rollout_is_eff_sample_size", "rollout_corr/rollout_is_max",

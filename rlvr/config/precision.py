@@ -38,7 +38,7 @@ def cpu_flags(cpuinfo: str) -> set[str]:
 
 
 def bf16_native_on_cpu(flags: set[str]) -> bool:
-    return any(f in flags for f in NATIVE_BF16_CPU_FLAGS)
+    return cpu_precision(flags)[0]
 
 
 def cpu_precision(flags: set[str]) -> tuple[bool, str]:

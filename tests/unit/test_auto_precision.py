@@ -25,7 +25,6 @@ def test_cpu_flags_are_read_from_cpuinfo():
     assert not precision.bf16_native_on_cpu({"avx512f", "avx512_bf16"})
 
 
-
 def test_the_reason_names_what_decided():
     assert precision.cpu_precision(precision.cpu_flags(XEON_AMX)) == (True, "this CPU has amx_bf16")
     native, why = precision.cpu_precision({"avx512f", "avx512_bf16"})

@@ -36,8 +36,8 @@ def test_the_table_gives_mean_se_per_step_and_the_final_difference(gigpo, capsys
     gigpo.train_table(rows)
     out = capsys.readouterr().out
     cells = table_rows(out)
-    # columns: gigpo train, multi_step_grpo train, gigpo val, multi_step_grpo val; SE = 0.2 / 2 / sqrt(2) ... :
-    # two values 0.1 apart each side of the mean have stdev 0.1414, SE 0.1
+    # columns: gigpo train, multi_step_grpo train, gigpo val, multi_step_grpo val; two values 0.2 apart have a
+    # sample standard deviation of 0.1414, so a standard error of 0.1414 / sqrt(2) = 0.1
     assert cells["0"] == ["0.300 +- 0.100", "0.300 +- 0.100", "0.250 +- 0.000", "0.250 +- 0.000"]
     assert cells["1"] == ["0.500 +- 0.100", "0.300 +- 0.100", "-", "-"]
     assert cells["2"] == ["-", "-", "0.600 +- 0.100", "0.400 +- 0.100"]
