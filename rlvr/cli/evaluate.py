@@ -4,7 +4,9 @@ M is a Hugging Face model directory (an `rlvr.export` output, the base model), a
 default), a run directory (its latest checkpoint) or `RUN:STEP`, or a checkpoint directory. Each model is scored
 on the config's validation data with the config's domains, rewards and validation settings (greedy by default),
 through the same schedulers and reward workers as a training run's validation (rlvr/pipeline/validation.py). The
-servers and reward workers start once for all models; only the inference engine is started per model.
+servers and reward workers start once for all models; the inference engine too, where a model differs from the
+one before only in its weights (a run's checkpoints, the base model beside them: its weights are loaded into the
+running engine, rlvr/pipeline/eval_weights.py); a model that differs in more gets an engine of its own.
 
 Writes `runs/eval-<time>/`: a run directory per model (config.yaml, metrics.jsonl, val_samples.jsonl) and
 `report/` (index.html with each model's best and worst answers); prints val_correct per domain, the models side by

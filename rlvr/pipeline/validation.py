@@ -5,8 +5,10 @@ all scored samples) and the rows of val_samples.jsonl; the training loop (RLVRPi
 both use it, over the same schedulers' `validate`, so a model is scored the same way in and out of a run.
 
 `Evaluator` starts what validation needs and nothing more: Ray, the judge and sandbox servers where a domain
-asks for them, and the reward clusters, once for every model; then per model an actor_infer cluster loading it
-and the domain schedulers over its tokenized data. No trainer, reference or critic is started.
+asks for them, and the reward clusters, once for every model; then per model the domain schedulers over its
+tokenized data, and an actor_infer cluster loading it, or, where the model differs from the one before only in its
+weights, the running cluster with the new weights loaded into it (rlvr/pipeline/eval_weights.py). No trainer,
+reference or critic is started.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rlvr.config.root import Config
 from rlvr.lifecycle.teardown import CLOSE_TIMEOUT_S, end_all
 from rlvr.pipeline.build import build_episode_runners, start_local_judge, start_ray, start_reward_clusters, start_router
 from rlvr.pipeline.domain_schedulers import DomainSchedulers
+from rlvr.pipeline.eval_weights import engine_key, read_weights
 from rlvr.pipeline.faults import FaultLog
 from rlvr.pipeline.local_servers import start_local_sandbox
 from rlvr.pipeline.preflight import Checked
@@ -62,6 +65,10 @@ class Evaluator:
         self.rewards: dict = {}
         self.planner: Planner | None = None
         self.owns_ray = False
+        # the running actor_infer cluster, its router, what it was built for (engine_key) and its weights' version
+        self.infer = self.router = self.infer_key = None
+        self.version = 0
+        self.engine_starts = 0
         try:
             with console.stage("Ray"):
                 self.owns_ray = start_ray(cfg)
@@ -83,15 +90,10 @@ class Evaluator:
         run_dir.mkdir(parents=True)
         save_resolved(cfg, run_dir)
         (run_dir / EVALUATED).write_text(json.dumps(source, indent=1))
-        infer = router = schedulers = None
+        schedulers = None
         try:
-            with console.stage(f"actor_infer on {checked.model_path}"):
-                infer = ActorInferCluster.start("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg,
-                                                checked.model_path, max_concurrency=1000,
-                                                max_restarts=cfg.faults.max_restarts, waiter=self.waiter,
-                                                placement=self.planner.actor_infer())
-                router = start_router(cfg, self.planner, infer) if len(infer) > 1 else None
-            endpoints = [router] if router is not None else list(infer.workers)
+            self._serve(cfg, checked.model_path)
+            endpoints = [self.router] if self.router is not None else list(self.infer.workers)
             schedulers = DomainSchedulers(cfg, checked.data, endpoints,
                                           {d: c.workers for d, c in self.rewards.items()}, self.waiter,
                                           FaultLog(run_dir / "faults.jsonl"),
@@ -99,21 +101,48 @@ class Evaluator:
             start = time.perf_counter()
             metrics, rows = validation_results(schedulers.validate(0), 0)
             console.say(console.validation_line(0, metrics, time.perf_counter() - start))
+        except BaseException:
+            self._end_infer()  # a failed model's engine is not trusted with the next one
+            raise
         finally:
-            end_all([
-                ("schedulers", lambda: schedulers is not None and schedulers.kill()),
-                ("generation engines", lambda: infer is not None and ray.get(infer.close_async(),
-                                                                             timeout=CLOSE_TIMEOUT_S)),
-                ("actor_infer", lambda: infer is not None and infer.kill()),
-                ("router", lambda: router is not None and ray.kill(router, no_restart=True)),
-            ])
+            end_all([("schedulers", lambda: schedulers is not None and schedulers.kill())])
         append_jsonl(run_dir / "val_samples.jsonl", rows)
         append_jsonl(run_dir / "metrics.jsonl", [{"step": 0, **metrics}])
         return metrics
 
+    def _serve(self, cfg: Config, model_path: str) -> None:
+        """An actor_infer cluster serving `model_path`: the running one with these weights loaded, where the model
+        differs from its own only in weights, else a new one (the running one ended first)."""
+        key = engine_key(model_path)
+        if self.infer is not None and key is not None and key == self.infer_key:
+            with console.stage(f"weights of {model_path} into the running actor_infer"):
+                self.version += 1
+                weights = ray.put(read_weights(model_path, cfg.generation.dtype))
+                self.waiter.get([w.load_weights.remote(weights, self.version) for w in self.infer.workers],
+                                "actor_infer.load_weights")
+            return
+        self._end_infer()
+        with console.stage(f"actor_infer on {model_path}"):
+            self.infer = ActorInferCluster.start("actor_infer", ActorInferWorker, cfg.generation.world_size, cfg,
+                                                 model_path, max_concurrency=1000,
+                                                 max_restarts=cfg.faults.max_restarts, waiter=self.waiter,
+                                                 placement=self.planner.actor_infer())
+            self.router = start_router(cfg, self.planner, self.infer) if len(self.infer) > 1 else None
+        self.infer_key, self.version, self.engine_starts = key, 0, self.engine_starts + 1
+
+    def _end_infer(self) -> None:
+        infer, router = self.infer, self.router
+        self.infer = self.router = self.infer_key = None
+        end_all([
+            ("generation engines", lambda: infer is not None and ray.get(infer.close_async(), timeout=CLOSE_TIMEOUT_S)),
+            ("actor_infer", lambda: infer is not None and infer.kill()),
+            ("router", lambda: router is not None and ray.kill(router, no_restart=True)),
+        ])
+
     def close(self) -> None:
         """Everything this evaluator started, each part ended even when an earlier one fails."""
         end_all([
+            ("actor_infer", self._end_infer),
             ("reward workers", lambda: ray.get([r for c in self.rewards.values() for r in c.close_async()],
                                                timeout=CLOSE_TIMEOUT_S)),
             ("reward clusters", lambda: [c.kill() for c in self.rewards.values()]),

@@ -1,7 +1,8 @@
 """`python -m rlvr.eval`, as a user runs it after training: a run's checkpoint scored with the run's config
 answers the validation prompts exactly as the run's own last validation did (greedy, the HF engine in fp32, the
-same schedulers and reward workers), the base model beside it in one command, and each model's best and worst
-answers in one report; mistakes are one-line errors before anything starts."""
+same schedulers and reward workers), the base model beside it in one command (scored by the same engine, its
+weights loaded in place), and each model's best and worst answers in one report; mistakes are one-line errors
+before anything starts."""
 
 from __future__ import annotations
 
@@ -44,7 +45,10 @@ def test_a_checkpoint_scores_as_its_run_did_beside_the_base_model(tiny_model_dir
     assert val_rows(trained_dir / "val_samples.jsonl", 0) == val_rows(run / "val_samples.jsonl", 1)
     scored = json.loads((trained_dir / "metrics.jsonl").read_text())
     assert scored["val_correct/all/mean"] == final["val_correct/all/mean"]
-    # the base model's, as the run's validation before training
+    # the base model's, as the run's validation before training: its weights loaded into the engine that scored the
+    # checkpoint (the two differ only in weights), which then answers as an engine started on the base model
+    assert proc.stdout.count("ready: actor_infer on") == 1, proc.stdout
+    assert "into the running actor_infer" in proc.stdout, proc.stdout
     assert val_rows(base_dir / "val_samples.jsonl", 0) == val_rows(run / "val_samples.jsonl", 0)
     # the side-by-side table: a column per model, a row per domain and `all`
     table = proc.stdout[proc.stdout.index("val_correct "):].splitlines()
