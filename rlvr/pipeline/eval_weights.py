@@ -17,8 +17,10 @@ from pathlib import Path
 import torch
 
 # config keys that say how a file was written, not what the model computes: the engine's dtype is the config's
-# generation.dtype, whatever the checkpoint was saved in
-BOOKKEEPING = frozenset({"torch_dtype", "dtype", "transformers_version", "_name_or_path", "name_or_path"})
+# generation.dtype, whatever the checkpoint was saved in; use_cache is a runtime switch the trainer turns off
+# (a checkpoint's config says false, its base model's true) and the engine sets for itself
+BOOKKEEPING = frozenset({"torch_dtype", "dtype", "transformers_version", "_name_or_path", "name_or_path",
+                         "use_cache"})
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".safetensors.index.json")
 NOT_READ = (".md", "rlvr_export.json")  # model cards; where an `rlvr.export` came from (a path per checkpoint)
 

@@ -47,8 +47,9 @@ def test_a_checkpoint_scores_as_its_run_did_beside_the_base_model(tiny_model_dir
     assert scored["val_correct/all/mean"] == final["val_correct/all/mean"]
     # the base model's, as the run's validation before training: its weights loaded into the engine that scored the
     # checkpoint (the two differ only in weights), which then answers as an engine started on the base model
-    assert proc.stdout.count("ready: actor_infer on") == 1, proc.stdout
-    assert "into the running actor_infer" in proc.stdout, proc.stdout
+    stages = [line for line in proc.stderr.splitlines() if "ready: " in line]  # the console's start-up lines
+    assert sum("ready: actor_infer on" in line for line in stages) == 1, stages
+    assert sum("into the running actor_infer" in line for line in stages) == 1, stages
     assert val_rows(base_dir / "val_samples.jsonl", 0) == val_rows(run / "val_samples.jsonl", 0)
     # the side-by-side table: a column per model, a row per domain and `all`
     table = proc.stdout[proc.stdout.index("val_correct "):].splitlines()

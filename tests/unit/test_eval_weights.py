@@ -29,7 +29,7 @@ def model_dir(root, name, weight=1.0, config=CONFIG, tokenizer='{"model": {"voca
 def test_weights_and_bookkeeping_do_not_count(tmp_path):
     a = model_dir(tmp_path, "a", weight=1.0)
     b = model_dir(tmp_path, "b", weight=2.0, config={**CONFIG, "torch_dtype": "bfloat16", "dtype": "bfloat16",
-                                                     "transformers_version": "5.17.0"})
+                                                     "transformers_version": "5.17.0", "use_cache": False})
     (b / "rlvr_export.json").write_text('{"run": "/elsewhere"}')
     (b / "README.md").write_text("a model card")
     (b / "training_args.bin").write_bytes(b"\x00\x01")
