@@ -68,7 +68,6 @@ class Evaluator:
         # the running actor_infer cluster, its router, what it was built for (engine_key) and its weights' version
         self.infer = self.router = self.infer_key = None
         self.version = 0
-        self.engine_starts = 0
         try:
             with console.stage("Ray"):
                 self.owns_ray = start_ray(cfg)
@@ -128,7 +127,7 @@ class Evaluator:
                                                  max_restarts=cfg.faults.max_restarts, waiter=self.waiter,
                                                  placement=self.planner.actor_infer())
             self.router = start_router(cfg, self.planner, self.infer) if len(self.infer) > 1 else None
-        self.infer_key, self.version, self.engine_starts = key, 0, self.engine_starts + 1
+        self.infer_key, self.version = key, 0
 
     def _end_infer(self) -> None:
         infer, router = self.infer, self.router
