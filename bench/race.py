@@ -219,7 +219,9 @@ def race_seed(args, seed: int, work: Path, with_base: bool) -> list[dict]:
         if not base.exists():
             base.symlink_to(resolve_model_path(cfg.model.path, cfg.model.cache_dir))
         models.insert(0, base)
+    began = time.perf_counter()
     scores = evaluate(models, args.overrides)
+    print(f"scored {len(models)} models in {time.perf_counter() - began:.0f}s", flush=True)
     cpu = cpu_name()
     records = ([{"framework": "base", "seed": seed, "mark": 0, "elapsed_s": 0.0, "cpu": cpu, **scores["base"]}]
                if with_base else [])
