@@ -289,6 +289,29 @@ def tables(records: list[dict]) -> None:
     print("times: median over seeds of each run's elapsed minutes (start-up included, saving excluded) at its first "
           "saved weights at or above the target, the ratio only when every seed got there (first framework / "
           "second); val_correct: mean +- standard error over seeds")
+    per_seed(runs, base)
+
+
+def per_seed(runs: dict[str, dict[int, list[dict]]], base: float) -> None:
+    """Each seed's curve, steps and time to base + 0.10 beside its own ratio: with few seeds the spread between
+    seeds (one seed's ratio can be a tenth of another's) says more than the median does."""
+    key, delta = "val_correct/all/mean", THRESHOLDS[0]
+    print(f"\nper seed: val_correct/all at each mark | steps | minutes to base + {delta:.2f} (ratio within the seed)")
+    frameworks = list(runs)
+    for seed in sorted({s for f in runs.values() for s in f}):
+        times = {}
+        for f in frameworks:
+            marks = sorted(runs[f].get(seed, []), key=lambda m: m["mark"])
+            if not marks:
+                continue
+            hit = time_to(marks, base + delta)
+            times[f] = hit
+            curve = " ".join(f"{m[key]:.3f}" for m in marks)
+            print(f"seed {seed:>3} {f:>6}  {curve} | {marks[-1]['step']:>3} | "
+                  + (f"{hit / 60:.2f}" if hit is not None else "-"))
+        if len(frameworks) == 2 and all(times.get(f) for f in frameworks):
+            print(f"seed {seed:>3} {'ratio':>6}  {times[frameworks[0]] / times[frameworks[1]]:.2f}x "
+                  f"({frameworks[0]} / {frameworks[1]})")
 
 
 def plot(records: list[dict], path: Path) -> None:

@@ -77,6 +77,25 @@ def test_tables_give_each_framework_its_times_and_the_ratio(race, capsys):
     assert "0.600 +- 0.000" in end and "0.500 +- 0.000" in end
 
 
+def test_per_seed_rows_give_each_seed_its_curve_and_its_own_ratio(race, capsys):
+    """Seeds that disagree (rlvr first in seed 1, TRL in seed 2) each show their own ratio; a seed that never
+    reaches the target shows '-' and no ratio."""
+    records = [{"framework": "base", "seed": 1, "mark": 0, "elapsed_s": 0.0, "val_correct/all/mean": 0.375}]
+    curves = {(1, "rlvr"): [0.48, 0.50], (1, "trl"): [0.40, 0.49], (2, "rlvr"): [0.40, 0.48],
+              (2, "trl"): [0.50, 0.52], (3, "rlvr"): [0.40, 0.41], (3, "trl"): [0.50, 0.52]}
+    for (seed, fw), values in curves.items():
+        for m in _marks(values, [120, 240]):
+            records.append({"framework": fw, "seed": seed, "mark_s": 120.0 * m["mark"], "step": 3 * m["mark"], **m})
+    capsys.readouterr()
+    race.tables(records)
+    lines = capsys.readouterr().out.splitlines()
+    rows = {tuple(line.split()[1:3]): line for line in lines if line.startswith("seed ")}
+    assert rows[("1", "rlvr")].split("|")[0].split()[3:] == ["0.480", "0.500"]
+    assert rows[("1", "rlvr")].split("|")[1].strip() == "6" and rows[("1", "rlvr")].endswith("2.00")
+    assert "0.50x" in rows[("1", "ratio")] and "2.00x" in rows[("2", "ratio")]
+    assert rows[("3", "rlvr")].endswith("-") and ("3", "ratio") not in rows
+
+
 def test_resume_counts_a_seed_only_when_every_framework_ran_the_same_race(race):
     """--resume skips a seed only when each framework's last mark is there at the same budget and number of marks;
     a seed cut short (TRL never ran) or run with another budget runs again."""
