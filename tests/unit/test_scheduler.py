@@ -78,18 +78,20 @@ def test_every_group_filtered_stops_after_bounded_rounds():
 
 def test_surplus_being_scored_carries_over_and_surplus_generating_is_aborted():
     data = [prompt("fast1", MIXED, gen_delay_ms=30), prompt("fast2", MIXED, gen_delay_ms=30),
-            prompt("scoring", MIXED, gen_delay_ms=1, reward_delay_s=0.3),  # generated first, still being scored
-            prompt("slow", MIXED, gen_delay_ms=5000),  # still generating when the quota is met
+            # generated first, still being scored when the fast two are in: 2 s, not 0.3, since a fresh clone's
+            # run once took longer than 0.3 s to score the fast two (a stall of the loop, not the scheduler)
+            prompt("scoring", MIXED, gen_delay_ms=1, reward_delay_s=2.0),
+            prompt("slow", MIXED, gen_delay_ms=8000),  # still generating when the quota is met
             prompt("next", MIXED)]
     scheduler, infer = make(data, oversample_frac=1.0)
 
     async def scenario():
         groups, m0 = await scheduler.get_batch(2, 0, 0)
-        await asyncio.sleep(0.5)  # the scored surplus lands in the buffer in the background
+        await asyncio.sleep(2.5)  # the scored surplus lands in the buffer in the background
         groups1, m1 = await scheduler.get_batch(2, 1, 1)
         return groups, m0, groups1, m1
 
-    groups, m0, groups1, m1 = asyncio.run(asyncio.wait_for(scenario(), timeout=10))
+    groups, m0, groups1, m1 = asyncio.run(asyncio.wait_for(scenario(), timeout=20))
     assert sorted(g.prompt.uid for g in groups) == ["fast1", "fast2"]
     assert m0["d/scheduler/prompts_started"] == 4 and m0["d/scheduler/aborted"] == 1
     assert any("slow" in r for r in infer.aborted)
