@@ -227,9 +227,16 @@ def race_seed(args, seed: int, work: Path, with_base: bool) -> list[dict]:
                if with_base else [])
     for framework, marks in saved.items():
         for m in marks:
-            records.append({"framework": framework, "seed": seed, "cpu": cpu, **m, **scores[Path(m["dir"]).name]})
+            records.append({"framework": labelled(framework, args.label), "seed": seed, "cpu": cpu, **m,
+                            **scores[Path(m["dir"]).name]})
             shutil.rmtree(m["dir"], ignore_errors=True)
     return records
+
+
+def labelled(framework: str, label: str | None) -> str:
+    """The name a run's records carry: the framework, and the variant's label when the run is one point of a sweep
+    (`--label lr2e-6`), so records of several variants load side by side and `--resume` tells them apart."""
+    return f"{framework} {label}" if label else framework
 
 
 def finished_seeds(records: list[dict], frameworks: list[str], budget_s: float, marks: int) -> set[int]:
@@ -358,6 +365,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="run only the seeds --out lacks (same budget and marks)")
     parser.add_argument("--load", nargs="+", help="print the tables of these records and stop")
     parser.add_argument("--plot", default=None, help="also draw val_correct against wall-clock into this PNG")
+    parser.add_argument("--label", default=None, help="name the records' frameworks as variants of a sweep")
     parser.add_argument("--work", default=None, help="where runs save their marks (default: .cache/race)")
     parser.add_argument("--one", choices=["rlvr", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -378,7 +386,7 @@ def main() -> None:
     records = []
     if args.resume and Path(args.out).exists():
         records = read_rows([args.out])
-    done = finished_seeds(records, args.frameworks, args.budget_min * 60, args.marks)
+    done = finished_seeds(records, [labelled(f, args.label) for f in args.frameworks], args.budget_min * 60, args.marks)
     for seed in args.seeds:
         if seed in done:
             print(f"seed {seed}: already in {args.out}, skipped (--resume)", flush=True)

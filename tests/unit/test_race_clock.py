@@ -110,3 +110,12 @@ def test_resume_counts_a_seed_only_when_every_framework_ran_the_same_race(race):
     assert race.finished_seeds(records, ["rlvr"], 1200.0, 10) == {1, 2}
     assert race.finished_seeds(records, ["rlvr", "trl"], 480.0, 4) == {3}
     assert race.finished_seeds([], ["rlvr", "trl"], 1200.0, 10) == set()
+
+
+def test_a_labelled_sweep_point_resumes_apart_from_the_plain_race(race):
+    """`--label lr2e-6` names the records "trl lr2e-6": loaded beside the plain race they are a column of their own,
+    and --resume counts only the labelled runs, not the plain race's seeds of the same budget."""
+    assert race.labelled("trl", "lr2e-6") == "trl lr2e-6" and race.labelled("trl", None) == "trl"
+    records = [{"framework": "trl", "seed": 1, "mark": 10, "mark_s": 1200.0},
+               {"framework": "trl lr2e-6", "seed": 2, "mark": 10, "mark_s": 1200.0}]
+    assert race.finished_seeds(records, [race.labelled("trl", "lr2e-6")], 1200.0, 10) == {2}
