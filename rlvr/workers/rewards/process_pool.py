@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 from rlvr.lifecycle.guardian import guard_path_if_killed
 
+WORKER_NAME = "rlvr-pool-worker"  # its multiprocessing name: tells a pool's workers from other children (vLLM's)
+
 
 class RewardTimeoutError(TimeoutError):
     """The call missed its deadline; its worker was killed and replaced."""
@@ -157,7 +159,8 @@ class _Worker:
 
     def start(self) -> None:
         self.conn, child_conn = self._context.Pipe()
-        self.proc = self._context.Process(target=_worker_main, args=(child_conn, self._initializer), daemon=True)
+        self.proc = self._context.Process(target=_worker_main, args=(child_conn, self._initializer), daemon=True,
+                                          name=WORKER_NAME)
         self.proc.start()
         child_conn.close()  # only the child holds its end now, so our end reads EOF the moment it dies
         self.ready = False  # until its "ready" message (sent after the initializer) has been read
