@@ -15,11 +15,11 @@ ENGINE_CONTRACT = TIER / "test_engines.py"
 
 
 def pytest_collection_modifyitems(config, items):
-    engine_items = [item for item in items if Path(str(item.fspath)) == ENGINE_CONTRACT]
+    engine_items = [item for item in items if item.path == ENGINE_CONTRACT]
     if not engine_items:
         return
-    others = [item for item in items if Path(str(item.fspath)) != ENGINE_CONTRACT]
-    in_tier = [i for i, item in enumerate(others) if Path(str(item.fspath)).parent == TIER]
+    others = [item for item in items if item.path != ENGINE_CONTRACT]
+    in_tier = [i for i, item in enumerate(others) if item.path.parent == TIER]
     at = in_tier[-1] + 1 if in_tier else len(others)
     items[:] = others[:at] + engine_items + others[at:]  # the tier's other tests run while the engine starts
     module = engine_items[0].module
