@@ -91,7 +91,9 @@ Response:
 Rate the response's correctness from 0 (wrong) to {max_score} (fully correct). Reply in the form \
 "Score: N/{max_score}"."""
 
-LOGPROBS_TEMPLATE = DEFAULT_TEMPLATE  # placeholder, chosen by measurement
+# The logprob mode reads P(YES) against P(NO) at the verdict's first token, which the yes/no prompt already asks
+# for, so it keeps that prompt; bench/judge_verdicts.py scores both modes on it side by side.
+LOGPROBS_TEMPLATE = DEFAULT_TEMPLATE
 
 JSON_TEMPLATE = """You are grading an answer to a question against a reference answer.
 
