@@ -13,6 +13,7 @@ The configurations, on top of configs/math_code_mix.yaml as shipped (the overrid
   bf16-compiled  bf16 with vLLM compiled (generation.vllm.enforce_eager=false) instead of eager
   shipped        configs/math_code_mix.yaml unchanged (precision `auto`: the host's)
   shipped-packed shipped with packed micro-batches of 1,024 tokens (`--base shipped` compares the two)
+  shipped-hf-judge  shipped with the local judge on rlvr's transformers server instead of vLLM's
 
 Printed per run: the command's wall-clock seconds (start-up, validations and saving included: what a user waits
 for) and the median training step (steps 1.., validation excluded, from metrics.jsonl's time/step - time/val);
@@ -42,6 +43,8 @@ VARIANTS = {
     "bf16-compiled": [*BF16, "generation.vllm.enforce_eager=false"],
     "shipped": [],  # the config as shipped: precision `auto` (the host's), rollout correction on
     "shipped-packed": ["actor_train.max_tokens_per_micro_batch=1024"],  # ~8 rows' real tokens a micro-batch
+    # the judge on rlvr's transformers server (starts in ~15 s) instead of vLLM's (~45 s beside the workers)
+    "shipped-hf-judge": ["judge_server.prefer_vllm=false"],
 }
 
 

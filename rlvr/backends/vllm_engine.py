@@ -80,6 +80,7 @@ class VLLMEngine:
                     worker_extension_cls=f"{__name__}._WorkerExtension", disable_log_stats=True,
                     enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
                     tensor_parallel_size=tensor_parallel_size)
+        eager = args["enforce_eager"]
         if tensor_parallel_size > 1:
             args["distributed_executor_backend"] = "mp"
         if on_cpu:
@@ -92,7 +93,7 @@ class VLLMEngine:
         # when it ends: a directory of this engine's own, removed on shutdown or with this process.
         self._ipc_dir = tempfile.mkdtemp(prefix=f"rlvr-vllm-ipc-{os.getpid()}-")
         guard_path(self._ipc_dir)
-        env = {"VLLM_RPC_BASE_PATH": self._ipc_dir, **({"OMP_NUM_THREADS": str(omp_threads)} if omp_threads else {})}
+        env = engine_env(self._ipc_dir, omp_threads, eager)
         with _environ(env):  # read here and by the spawned processes
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         # The engine's processes (EngineCore, its workers) and their shared-memory queues end with this process,
@@ -340,6 +341,19 @@ class _Gate:
 
 
 # ---------------------------------------------------------------------- helpers (driver side)
+def engine_env(ipc_dir: str, omp_threads: int | None, eager: bool) -> dict[str, str]:
+    """Environment of the engine's spawned processes. An eager engine also gets TORCH_COMPILE_DISABLE: vLLM's
+    sampler still wraps its logprob-rank count in `torch.compile`, whose first call with logprobs asked for compiled
+    a C++ kernel for 15 s of step 0's first weight sync on a fresh machine (the inductor cache, /tmp, was empty);
+    eager, that count is one comparison over the vocabulary."""
+    env = {"VLLM_RPC_BASE_PATH": ipc_dir}
+    if omp_threads:
+        env["OMP_NUM_THREADS"] = str(omp_threads)
+    if eager:
+        env["TORCH_COMPILE_DISABLE"] = os.environ.get("TORCH_COMPILE_DISABLE", "1")
+    return env
+
+
 @contextlib.contextmanager
 def _environ(values: dict[str, str]):
     old = {key: os.environ.get(key) for key in values}
@@ -529,4 +543,4 @@ class _WorkerExtension:
         return True
 
 
-__all__ = ["VLLMEngine", "vllm_available"]
+__all__ = ["VLLMEngine", "engine_env", "vllm_available"]

@@ -197,6 +197,8 @@ def start_judge_server(
         threads = _flag_value(server_args, "--threads")
         if threads:  # the transformers server's --threads: OpenMP threads of vLLM's CPU worker
             vllm_env["OMP_NUM_THREADS"] = threads
+        if "--enforce-eager" in cmd:  # no first-request inductor compile of the sampler (rlvr.backends.vllm_engine)
+            vllm_env.setdefault("TORCH_COMPILE_DISABLE", "1")
         try:
             return _launch(cmd, "vllm", f"http://{_url_host(host)}:{vllm_port}/v1", startup_timeout_s, log_dir,
                            vllm_env)

@@ -5,6 +5,7 @@ Skipped only where vLLM is not installed (scripts/setup.sh installs it)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import urllib.request
 from pathlib import Path
@@ -23,10 +24,17 @@ TIMEOUT_S = 180
 
 
 @pytest.fixture(scope="module")
-def judge(default_model_dir):
+def inductor_cache(tmp_path_factory) -> Path:
+    """The server's inductor cache, its own: whatever torch compiles in the server lands here."""
+    return tmp_path_factory.mktemp("inductor")
+
+
+@pytest.fixture(scope="module")
+def judge(default_model_dir, inductor_cache):
     # fallback_to_transformers=False: a vLLM start-up failure fails the test instead of hiding behind the fallback
     handle = start_judge_server(default_model_dir, prefer_vllm=True, fallback_to_transformers=False,
-                                startup_timeout_s=600, server_args=["--threads", "1"])
+                                startup_timeout_s=600, server_args=["--threads", "1"],
+                                env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)})
     yield handle
     handle.stop()
 
@@ -52,6 +60,17 @@ def test_judge_worker_against_the_vllm_server(judge):
     results, worker = judge_capital_answers(judge.url, answers, TIMEOUT_S)
     assert all(r.status in ("ok", "invalid") for r in results), [r.info for r in results]
     assert worker.metrics()["judge/requests"] == 4
+
+
+def test_logprobs_compile_nothing(judge, inductor_cache):
+    """The eager server runs with TORCH_COMPILE_DISABLE: vLLM's sampler otherwise compiles its logprob-rank count
+    with inductor at the first request that asks for logprobs (15 s of a fresh machine's first judge call)."""
+    client = openai.OpenAI(base_url=judge.url, api_key="EMPTY", max_retries=0, timeout=TIMEOUT_S)
+    choice = client.chat.completions.create(
+        model="judge", messages=[{"role": "user", "content": "Is Paris the capital of France? Yes or no."}],
+        max_tokens=1, temperature=0, logprobs=True, top_logprobs=5).choices[0]
+    assert len(choice.logprobs.content[0].top_logprobs) == 5
+    assert not [p for p in inductor_cache.rglob("*") if p.is_file()], "the server compiled a kernel"
 
 
 def test_stop_ends_the_server(judge):
