@@ -343,9 +343,9 @@ class _Gate:
 # ---------------------------------------------------------------------- helpers (driver side)
 def engine_env(ipc_dir: str, omp_threads: int | None, eager: bool) -> dict[str, str]:
     """Environment of the engine's spawned processes. An eager engine also gets TORCH_COMPILE_DISABLE: vLLM's
-    sampler still wraps its logprob-rank count in `torch.compile`, whose first call with logprobs asked for compiled
-    a C++ kernel for 15 s of step 0's first weight sync on a fresh machine (the inductor cache, /tmp, was empty);
-    eager, that count is one comparison over the vocabulary."""
+    sampler still wraps its logprob-rank count in `torch.compile`, and the first request asking for logprobs
+    compiled it into C++ kernels, 15 s of step 0's first weight sync on a fresh machine (an empty inductor cache in
+    /tmp); eager, that count is one comparison over the vocabulary. A value the user set wins."""
     env = {"VLLM_RPC_BASE_PATH": ipc_dir}
     if omp_threads:
         env["OMP_NUM_THREADS"] = str(omp_threads)
