@@ -80,7 +80,6 @@ class VLLMEngine:
                     worker_extension_cls=f"{__name__}._WorkerExtension", disable_log_stats=True,
                     enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
                     tensor_parallel_size=tensor_parallel_size)
-        eager = args["enforce_eager"]
         if tensor_parallel_size > 1:
             args["distributed_executor_backend"] = "mp"
         if on_cpu:
@@ -93,7 +92,7 @@ class VLLMEngine:
         # when it ends: a directory of this engine's own, removed on shutdown or with this process.
         self._ipc_dir = tempfile.mkdtemp(prefix=f"rlvr-vllm-ipc-{os.getpid()}-")
         guard_path(self._ipc_dir)
-        env = engine_env(self._ipc_dir, omp_threads, eager)
+        env = engine_env(self._ipc_dir, omp_threads, args["enforce_eager"])
         with _environ(env):  # read here and by the spawned processes
             self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
         # The engine's processes (EngineCore, its workers) and their shared-memory queues end with this process,
