@@ -37,9 +37,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from rlvr.algorithms.policy_loss import entropy_from_logits
 from rlvr.backends import dist as rdist
-from rlvr.backends.logprobs import token_logprobs
+from rlvr.backends.logprobs import token_logprobs, token_logprobs_and_entropy
 from rlvr.data.batch import TrainBatch
 from rlvr.data.packing import balanced_bins, pack_layout, packed_input_ids
 from rlvr.models.segment_attention import segment_kwargs, use_segment_attention
@@ -302,14 +301,11 @@ class TrainStrategy(abc.ABC):
         `record`: each micro-batch's logprobs, detached, appended in the order of the micro-batches."""
         def micro_loss(logits: torch.Tensor, micro: TrainBatch, n_tokens: torch.Tensor, n_seqs: torch.Tensor):
             start = micro["input_ids"].shape[1] - 1 - logits.shape[1]
-            logp = token_logprobs(logits, micro["input_ids"][:, 1 + start :], temperature)
+            logp, entropy = token_logprobs_and_entropy(logits, micro["input_ids"][:, 1 + start :], temperature)
             if record is not None:
                 record.append(logp.detach())
-            if need_entropy_grad:
-                entropy = entropy_from_logits(logits.float() / temperature)
-            else:
-                with torch.no_grad():
-                    entropy = entropy_from_logits(logits.detach().float() / temperature)
+            if not need_entropy_grad:  # a metric only: no backward pass through it
+                entropy = entropy.detach()
             return loss_fn(logp, entropy, micro, n_tokens, n_seqs)
 
         return self.update(batch, micro_loss, step_lr=step_lr)
