@@ -199,6 +199,9 @@ def start_judge_server(
             vllm_env["OMP_NUM_THREADS"] = threads
         if "--enforce-eager" in cmd:  # no first-request inductor compile of the sampler (rlvr.backends.vllm_engine)
             vllm_env.setdefault("TORCH_COMPILE_DISABLE", "1")
+        if not any(flag in cmd for flag in ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
+                                            "--distributed-executor-backend")):
+            vllm_env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the model in EngineCore (engine_env)
         try:
             return _launch(cmd, "vllm", f"http://{_url_host(host)}:{vllm_port}/v1", startup_timeout_s, log_dir,
                            vllm_env)
