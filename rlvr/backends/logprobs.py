@@ -46,10 +46,11 @@ def _blocks(logits: torch.Tensor):
 
 
 def _scaled(block: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The block's logits / T in fp32, never written into the caller's tensor (an fp32 block's .float() is itself)."""
     z = block.float()
-    if z.data_ptr() == block.data_ptr():  # already fp32: copy, the caller's logits stay untouched
-        z = z.clone()
-    return z.div_(temperature) if temperature != 1.0 else z
+    if temperature == 1.0:
+        return z  # only read from here on
+    return z / temperature if z.data_ptr() == block.data_ptr() else z.div_(temperature)
 
 
 def _p_times_z(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
