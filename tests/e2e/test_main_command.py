@@ -76,11 +76,11 @@ def main_run(default_model_dir, tmp_path_factory) -> MainRun:
 
 
 def test_main_command_leaves_nothing_behind(main_run):
-    """The heaviest tree the project starts (Ray, vLLM's EngineCore and Worker, the judge server, the sandbox
+    """The heaviest tree the project starts (Ray, vLLM's EngineCore, the judge server, the sandbox
     server, DeepSpeed, reward process pools, wandb) ends with the command: no process and no /dev/shm or socket
     file of it is left (tests/lifecycle/test_nothing_left_behind.py does the same for Ctrl-C and SIGKILL)."""
     assert any(c.startswith("VLLM::EngineCore") for c in main_run.commands), sorted(set(main_run.commands))
-    assert any("/psm_" in s for s in main_run.segments), "vLLM's shared-memory queues were not seen"
+    assert any("rlvr-vllm-ipc-" in s for s in main_run.segments), "vLLM's socket files were not seen"
     assert not main_run.left, f"the main command left {main_run.left}"
 
 

@@ -1,9 +1,9 @@
 """Nothing left behind: a vLLM run of the CLI, ended by Ctrl-C (SIGINT to its process group, as a
 terminal sends it) or by SIGKILL of the driver after its first step, leaves no process of its tree alive (Ray's
-cluster and workers, vLLM's EngineCore and Worker, reward process pools, wandb, guardians), none of the
-/dev/shm segments its processes mapped (vLLM's psm_* message queues, the weight-sync files) and none of the
-socket files they bound (vLLM's ZeroMQ sockets). Only this run's own processes and files are looked at: other
-runs share the machine.
+cluster and workers, vLLM's EngineCore, reward process pools, wandb, guardians), none of the /dev/shm segments
+its processes mapped (the weight-sync files; vLLM's psm_* message queues when its model runs in a worker process
+of its own) and none of the socket files they bound (vLLM's ZeroMQ sockets). Only this run's own processes and
+files are looked at: other runs share the machine.
 
 Reported before the fix: a driver SIGKILLed after step 2 left VLLM::EngineCore and VLLM::Worker alive holding
 3.4 GB, and every run left a 160 MB and a 240 MB psm_* segment in /dev/shm; later, every vLLM engine left its
@@ -51,7 +51,8 @@ def test_a_run_leaves_nothing_behind(tiny_vllm_model_dir, tmp_path, exit_path):
         commands = [cmd for _, cmd in watch.processes.values()]
         assert any(c.startswith("VLLM::EngineCore") for c in commands), \
             f"the run did not start vLLM's engine; seen: {sorted(set(commands))}"
-        assert any("/psm_" in s for s in watch.segments), "vLLM's shared-memory queues were not seen"
+        # its ZeroMQ socket files (an engine of one worker has no psm_* queues: the model runs in EngineCore)
+        assert any("rlvr-vllm-ipc-" in s for s in watch.segments), "vLLM's socket files were not seen"
         left = watch.leftovers(timeout_s=60)
         print(f"\n{exit_path}: {len(watch.processes)} processes and {len(watch.segments)} /dev/shm and socket files "
               f"seen; left: {len(left.processes)} processes, {len(left.segments)} files")
