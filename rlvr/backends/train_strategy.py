@@ -158,8 +158,9 @@ class TrainStrategy(abc.ABC):
     def _load_model(self, model_path: str) -> torch.nn.Module:
         """The spec's model (fp32), with adapters when cfg.lora asks for them."""
         model = self.spec.load(model_path)
-        if self.packs:  # each packed row attends to itself alone (no stream^2 mask)
-            use_segment_attention(model)
+        # packed rows each attend to themselves alone (no stream^2 mask); padded rows take transformers' SDPA path,
+        # in fp32 for bf16 weights on CPU (rlvr/models/segment_attention.py)
+        use_segment_attention(model)
         if self.lora is not None:
             from rlvr.backends.lora import add_lora
 

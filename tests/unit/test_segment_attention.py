@@ -76,3 +76,25 @@ def test_misuse_fails_precisely(models):
         model(input_ids=torch.ones(2, 4, dtype=torch.long), use_cache=False, **segment_kwargs([4], "cpu"))
     with pytest.raises(TypeError, match="no transformers model"):
         use_segment_attention(torch.nn.Linear(2, 2))
+
+
+def test_bf16_attention_on_cpu_computes_in_fp32():
+    """bf16 query/key/value on CPU: the output is fp32 SDPA's rounded to bf16 (torch's bf16 CPU backward is 2x
+    slower than fp32's), and gradients come back in bf16. Plain bf16 SDPA rounds differently, so this tells the
+    two paths apart."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from rlvr.models.segment_attention import segment_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, 40, 16, generator=g).bfloat16().requires_grad_(True) for h in (4, 2, 2))
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 2, True
+    mask = torch.ones(40, 40, dtype=torch.bool).tril()[None, None].expand(2, 1, 40, 40).clone()
+    mask[0, ..., 30:] = False
+    out, _ = segment_attention(module, q, k, v, mask, scaling=0.25)
+    exact = sdpa_attention_forward(module, q.float(), k.float(), v.float(), mask, scaling=0.25)[0]
+    assert out.dtype == torch.bfloat16 and torch.equal(out, exact.to(torch.bfloat16))
+    assert not torch.equal(out, sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)[0])
+    out.float().sum().backward()
+    assert q.grad.dtype == k.grad.dtype == torch.bfloat16
