@@ -33,8 +33,7 @@ def token_logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor,
                                temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_logprobs` and the entropy of softmax(logits / T) at each position, both float32 and differentiable,
     from one pass over the logits. Logits of -inf (a masked vocabulary entry) have p = 0 and add nothing."""
-    logp, entropy = _FusedLogprobs.apply(logits, targets, float(temperature), True)
-    return logp, entropy
+    return _FusedLogprobs.apply(logits, targets, float(temperature), True)
 
 
 def _blocks(logits: torch.Tensor):
@@ -53,12 +52,9 @@ def _scaled(block: torch.Tensor, temperature: float) -> torch.Tensor:
     return z / temperature if z.data_ptr() == block.data_ptr() else z.div_(temperature)
 
 
-def _p_times_z(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """sum_v p_v z_v per row; an entry of z = -inf has p = 0 and contributes 0 (not 0 * -inf = NaN)."""
-    product = p * z
-    if torch.isneginf(z).any():
-        product = product.masked_fill(torch.isneginf(z), 0.0)
-    return product.sum(dim=-1)
+def _zero_where_masked(product: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """`product` (p times something in z) with 0 where z = -inf: p is 0 there, and 0 * -inf would be NaN."""
+    return product.masked_fill(torch.isneginf(z), 0.0) if torch.isneginf(z).any() else product
 
 
 class _FusedLogprobs(torch.autograd.Function):
@@ -75,7 +71,7 @@ class _FusedLogprobs(torch.autograd.Function):
             logp[index][cols] = z.gather(-1, targets[index][cols].unsqueeze(-1)).squeeze(-1) - block_lse
             if with_entropy:
                 p = torch.exp(z - block_lse.unsqueeze(-1))
-                entropy[index][cols] = block_lse - _p_times_z(p, z)
+                entropy[index][cols] = block_lse - _zero_where_masked(p * z, z).sum(dim=-1)
         ctx.save_for_backward(logits, targets, lse, entropy)
         ctx.temperature = temperature
         ctx.set_materialize_grads(False)
@@ -95,9 +91,7 @@ class _FusedLogprobs(torch.autograd.Function):
                 g.sub_(p * gl).scatter_add_(-1, targets[index][cols].unsqueeze(-1), gl)
             if grad_entropy is not None:  # dH / dz = -p (z - lse + H); p = 0 where z = -inf
                 shift = (entropy[index][cols] - lse[index][cols]).unsqueeze(-1)
-                term = p * (z + shift)
-                if torch.isneginf(z).any():
-                    term = term.masked_fill(torch.isneginf(z), 0.0)
+                term = _zero_where_masked(p * (z + shift), z)
                 g.sub_(term * grad_entropy[index][cols].float().unsqueeze(-1))
             if temperature != 1.0:
                 g.div_(temperature)
