@@ -13,21 +13,30 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
-import torch
-
-from rlvr.backends.hf_engine import HFEngine
 from rlvr.config.root import Config
 from rlvr.data.types import Generation, SamplingParams
 from rlvr.runtime.waiter import was_restarted
 
+if TYPE_CHECKING:
+    import torch
+
+# torch and the engines are imported where the engine is built, not here: Ray imports the module of an actor's class
+# in every process that receives a handle to it (the schedulers, the router), and this module's handles go to all of
+# them, which then each paid torch's and transformers' import (~3.4 s of CPU, ~0.5 GB) for nothing.
+
 
 def build_engine(cfg: Config, model_path: str, seed: int):
     """The engine that `generation.engine` names: HFEngine or VLLMEngine (same interface)."""
+    import torch
+
     gen = cfg.generation
     threads = gen.torch_threads or os.cpu_count() or 1
     torch.set_num_threads(threads)  # see TorchStrategy: Ray sets 1
     if gen.engine == "hf":
+        from rlvr.backends.hf_engine import HFEngine
+
         return HFEngine(model_path, dtype=gen.dtype, max_batch_size=gen.max_batch_size, seed=seed)
     from rlvr.backends.vllm_engine import VLLMEngine
 
