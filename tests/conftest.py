@@ -75,6 +75,17 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def finished_cli_run(tiny_model_dir, tmp_path_factory):
+    """One uninterrupted CLI run of the tiny model (tests/lifecycle/cli_runs.py FINISHED: 3 steps, validation at
+    0, 2 and 3, a checkpoint after every step), shared by the tests that need a finished run as a user leaves one:
+    the crash-exact resume test compares its steps with a killed and resumed run's, the eval test scores its last
+    checkpoint. A CLI run is ~25 s of the suite; each of them ran its own before."""
+    from tests.lifecycle.cli_runs import finished_run
+
+    return finished_run(tmp_path_factory.mktemp("finished-run"), tiny_model_dir)
+
+
 def tiny_config(model_dir: str, output_dir: str, **sections) -> dict:
     """A small two-domain config over the shipped data; `sections` update the defaults section by section."""
     reward = {"worker": "rlvr.workers.rewards.math_rule.MathRuleRewardWorker", "timeout_s": 20,

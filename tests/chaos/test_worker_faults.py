@@ -79,7 +79,7 @@ def test_a_hung_worker_stops_the_run_at_the_deadline_naming_it(tiny_model_dir, r
     """SIGSTOP (a hang, not a death): no restart comes; the driver's wait runs out and says what it waited for
     and who stopped answering, and where to resume from."""
     tree = small(tiny_model_dir, str(tmp_path), steps=2, save_every=1, one_domain=True)
-    tree["faults"] = {"poll_s": 0.2, "wait_timeout_s": 20}  # start-up is bounded apart (restart_timeout_s)
+    tree["faults"] = {"poll_s": 0.2, "wait_timeout_s": 10}  # start-up is bounded apart (restart_timeout_s)
     pipeline = RecordingPipeline(config_from_dict(tree))
     stopped = []
 
@@ -96,7 +96,7 @@ def test_a_hung_worker_stops_the_run_at_the_deadline_naming_it(tiny_model_dir, r
         with pytest.raises(RunStopped) as err:
             pipeline.run()
         message = str(err.value)
-        assert "no result within 20s (faults.wait_timeout_s)" in message
+        assert "no result within 10s (faults.wait_timeout_s)" in message
         assert "actor_infer/0 (no answer to a health check" in message
         assert f"the last good checkpoint is {pipeline.run_dir}/checkpoints/step_000001" in message
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lifecycle.cli_runs import records, run_cli, run_dir_of, write_config
+from tests.lifecycle.cli_runs import records, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,20 +29,18 @@ def rlvr_eval(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess
                           timeout=timeout_s)
 
 
-def test_a_checkpoint_scores_as_its_run_did_beside_the_base_model(tiny_model_dir, tmp_path):
-    config = write_config(tmp_path, tiny_model_dir, "trained",
-                          run={"max_steps": 1, "eval_every": 1, "save_every": 1})
-    code, watch = run_cli(tmp_path, config)
-    assert code == 0, watch.log_tail()
-    run = run_dir_of(tmp_path / "runs", "trained")
-    final = [r for r in records(run) if r["step"] == 1 and "val_correct/all/mean" in r][-1]
+def test_a_checkpoint_scores_as_its_run_did_beside_the_base_model(finished_cli_run, tiny_model_dir):
+    """On the suite's shared finished run (tests/conftest.py): its last checkpoint, step 3, and the base model."""
+    assert finished_cli_run.exit_code == 0, finished_cli_run.log_tail
+    config, run = finished_cli_run.config, finished_cli_run.run_dir
+    final = [r for r in records(run) if r["step"] == 3 and "val_correct/all/mean" in r][-1]
 
     proc = rlvr_eval("--config", str(config), "--model", str(run), "--model", tiny_model_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out_dir = Path(re.search(r"^eval directory: (.+)$", proc.stdout, re.M).group(1))
-    trained_dir, base_dir = out_dir / f"{run.name}-step1", out_dir / Path(tiny_model_dir).name
+    trained_dir, base_dir = out_dir / f"{run.name}-step3", out_dir / Path(tiny_model_dir).name
     # the trained model's answers are the run's last validation's, prompt by prompt
-    assert val_rows(trained_dir / "val_samples.jsonl", 0) == val_rows(run / "val_samples.jsonl", 1)
+    assert val_rows(trained_dir / "val_samples.jsonl", 0) == val_rows(run / "val_samples.jsonl", 3)
     scored = json.loads((trained_dir / "metrics.jsonl").read_text())
     assert scored["val_correct/all/mean"] == final["val_correct/all/mean"]
     # the base model's, as the run's validation before training: its weights loaded into the engine that scored the

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from tests.conftest import tiny_config
-from tests.lifecycle.runwatch import RunWatch, cli_command, run_dir_of
+from tests.lifecycle.runwatch import Leftovers, RunWatch, cli_command, run_dir_of
 
 # Metrics that measure time or concurrency, not what was trained: they differ between any two runs.
 # wall-clock metrics: what two runs of one seed may differ in (weight_sync/gb is the model's size, not a time)
@@ -36,6 +37,32 @@ def run_cli(tmp_path: Path, config: Path, *overrides: str, env: dict[str, str] |
         raise
 
 
+# The uninterrupted run the resume and eval tests share (tests/conftest.py finished_cli_run): the HF engine in fp32,
+# so that the same config and seed give the same run to the last bit.
+FINISHED = dict(run={"max_steps": 3, "eval_every": 2, "save_every": 1, "seed": 7},
+                trackers={"wandb": True, "wandb_mode": "offline", "tensorboard": True, "jsonl": True},
+                generation={"engine": "hf", "max_new_tokens": 12, "temperature": 1.0, "dtype": "float32"})
+
+
+@dataclass
+class FinishedRun:
+    config: Path  # its config file ("a.yaml"), for runs of the same config and for `rlvr.eval`
+    run_dir: Path
+    exit_code: int
+    log_tail: str
+    left: Leftovers  # what of its processes and files was still there after it ended
+
+
+def finished_run(tmp_path: Path, model_dir: str) -> FinishedRun:
+    config = write_config(tmp_path, model_dir, "a", **FINISHED)
+    code, watch = run_cli(tmp_path, config)
+    try:
+        left = watch.leftovers(timeout_s=60)
+    finally:
+        watch.clean_up()
+    return FinishedRun(config, run_dir_of(tmp_path / "runs", "a"), code, watch.log_tail(), left)
+
+
 def records(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:
     path = run_dir / name
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -51,4 +78,5 @@ def trained(run_dir: Path) -> dict[int, dict]:
     return out
 
 
-__all__ = ["TIMING_KEYS", "records", "run_cli", "run_dir_of", "trained", "write_config"]
+__all__ = ["FINISHED", "TIMING_KEYS", "FinishedRun", "finished_run", "records", "run_cli", "run_dir_of", "trained",
+           "write_config"]

@@ -1,7 +1,7 @@
 """Crash-exact resume and reproducible runs, through the CLI, on the HF engine in fp32 with the tiny model.
 
 Three runs of one config and seed:
-  A  uninterrupted, 3 steps, a checkpoint after every step;
+  A  uninterrupted, 3 steps, a checkpoint after every step (the suite's shared finished run: tests/conftest.py);
   B  the same, SIGKILLed inside the save of step 2 (a fault point between writing the checkpoint and committing
      it): step_000001 must stay the latest, and B's steps 0-1 must equal A's (same config + seed = same run);
   B' `run.resume=latest`: re-runs steps 1-2 from step_000001; every record (metrics.jsonl, val_samples.jsonl,
@@ -16,15 +16,10 @@ from collections import Counter
 
 import pytest
 
-from tests.lifecycle.cli_runs import records, run_cli, run_dir_of, trained, write_config
+from tests.lifecycle.cli_runs import FINISHED, records, run_cli, run_dir_of, trained, write_config
 from tests.lifecycle.wandb_files import merged_steps, read_run
 
 pytestmark = pytest.mark.slow
-
-SECTIONS = dict(run={"max_steps": 3, "eval_every": 2, "save_every": 1, "seed": 7},
-                trackers={"wandb": True, "wandb_mode": "offline", "tensorboard": True, "jsonl": True},
-                generation={"engine": "hf", "max_new_tokens": 12, "temperature": 1.0, "dtype": "float32"})
-
 
 def tensorboard_steps(run_dir, tag: str) -> list[int]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -40,15 +35,15 @@ def assert_nothing_left(watch) -> None:
     assert not left, f"the run left {left}"
 
 
-def test_kill_inside_save_then_resume_equals_uninterrupted_run(tiny_model_dir, tmp_path):
+def test_kill_inside_save_then_resume_equals_uninterrupted_run(finished_cli_run, tiny_model_dir, tmp_path):
     out = tmp_path / "runs"
-    code, watch = run_cli(tmp_path, write_config(tmp_path, tiny_model_dir, "a", **SECTIONS))
-    assert code == 0, watch.log_tail()
-    assert_nothing_left(watch)
-    uninterrupted = trained(run_dir_of(out, "a"))
+    run_a = finished_cli_run
+    assert run_a.exit_code == 0, run_a.log_tail
+    assert not run_a.left, f"the run left {run_a.left}"
+    uninterrupted = trained(run_a.run_dir)
     assert sorted(uninterrupted) == [0, 1, 2]
 
-    config_b = write_config(tmp_path, tiny_model_dir, "b", **SECTIONS)
+    config_b = write_config(tmp_path, tiny_model_dir, "b", **FINISHED)
     code, watch = run_cli(tmp_path, config_b, env={"RLVR_FAULT": "checkpoint.before_commit@2"})
     assert code == -9, watch.log_tail()  # SIGKILLed by the fault point
     assert_nothing_left(watch)
@@ -70,7 +65,7 @@ def test_kill_inside_save_then_resume_equals_uninterrupted_run(tiny_model_dir, t
     for step in (0, 1, 2):
         assert resumed[step] == uninterrupted[step], f"step {step} of the resumed run differs from the uninterrupted"
     val_steps = Counter(r["step"] for r in records(run_b, "val_samples.jsonl"))
-    assert val_steps == Counter(r["step"] for r in records(run_dir_of(out, "a"), "val_samples.jsonl"))
+    assert val_steps == Counter(r["step"] for r in records(run_a.run_dir, "val_samples.jsonl"))
     assert sorted(val_steps) == [0, 2, 3]
     assert sorted(p.name for p in (run_b / "checkpoints").iterdir()) == ["step_000002", "step_000003"]
 
