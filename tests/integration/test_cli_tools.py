@@ -35,7 +35,7 @@ def test_dry_run_counts_rows_drops_quotas_and_starts_nothing(default_model_dir, 
         kept_train, kept_val, (dropped_train, dropped_val) = int(row[1]), int(row[2]), map(int, row[4].split("/"))
         assert kept_train + dropped_train == rows_of(cfg, cfg.data.train_files, domain)
         assert kept_val + dropped_val == rows_of(cfg, cfg.data.val_files, domain)
-        assert row[3] == f"({min(kept_val, 16)})"
+        assert row[3] == f"({min(kept_val, cfg.validation.max_prompts_per_domain)})"
     assert rows["math"][4] != "0/0"  # the word problems are longer than 60 tokens with the chat template
     # 6 prompts at 0.5/0.25/0.25: math 3 a step; code and judge alternate 1 and 2 (mean 1.5)
     assert rows["math"][5] == "3" and rows["code"][5:8] == ["1-2", "(mean", "1.50)"]
