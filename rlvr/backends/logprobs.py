@@ -54,7 +54,8 @@ def _scaled(block: torch.Tensor, temperature: float) -> torch.Tensor:
 
 def _zero_where_masked(product: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """`product` (p times something in z) with 0 where z = -inf: p is 0 there, and 0 * -inf would be NaN."""
-    return product.masked_fill(torch.isneginf(z), 0.0) if torch.isneginf(z).any() else product
+    masked = torch.isneginf(z)  # once: a pass over a block of vocabulary-wide rows
+    return product.masked_fill(masked, 0.0) if masked.any() else product
 
 
 class _FusedLogprobs(torch.autograd.Function):

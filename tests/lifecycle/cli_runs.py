@@ -56,11 +56,15 @@ class FinishedRun:
 def finished_run(tmp_path: Path, model_dir: str) -> FinishedRun:
     config = write_config(tmp_path, model_dir, "a", **FINISHED)
     code, watch = run_cli(tmp_path, config)
+    return FinishedRun(config, run_dir_of(tmp_path / "runs", "a"), code, watch.log_tail(), left_then_cleaned(watch))
+
+
+def left_then_cleaned(watch: RunWatch) -> Leftovers:
+    """What of an ended run was still there after a minute to go away; then whatever remains is killed."""
     try:
-        left = watch.leftovers(timeout_s=60)
+        return watch.leftovers(timeout_s=60)
     finally:
         watch.clean_up()
-    return FinishedRun(config, run_dir_of(tmp_path / "runs", "a"), code, watch.log_tail(), left)
 
 
 def records(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:
@@ -78,5 +82,5 @@ def trained(run_dir: Path) -> dict[int, dict]:
     return out
 
 
-__all__ = ["FINISHED", "TIMING_KEYS", "FinishedRun", "finished_run", "records", "run_cli", "run_dir_of", "trained",
-           "write_config"]
+__all__ = ["FINISHED", "TIMING_KEYS", "FinishedRun", "finished_run", "left_then_cleaned", "records", "run_cli",
+           "run_dir_of", "trained", "write_config"]

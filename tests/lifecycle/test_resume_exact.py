@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from tests.lifecycle.cli_runs import FINISHED, records, run_cli, run_dir_of, trained, write_config
+from tests.lifecycle.cli_runs import FINISHED, left_then_cleaned, records, run_cli, run_dir_of, trained, write_config
 from tests.lifecycle.wandb_files import merged_steps, read_run
 
 pytestmark = pytest.mark.slow
@@ -30,8 +30,7 @@ def tensorboard_steps(run_dir, tag: str) -> list[int]:
 
 
 def assert_nothing_left(watch) -> None:
-    left = watch.leftovers(timeout_s=60)
-    watch.clean_up()
+    left = left_then_cleaned(watch)
     assert not left, f"the run left {left}"
 
 
