@@ -229,6 +229,33 @@ def test_tokenize_with_system_prompt(tiny_tokenizer):
     assert p.prompt_ids[:5] == [v[w] for w in "< system > be brief".split()]
 
 
+def test_batched_tokenization_equals_one_prompt_at_a_time(default_model_dir):
+    """The default model's tokenizer over every shipped train and validation row (chat prompts, a system prompt added
+    to some) and text prompts: the batched path gives each prompt exactly the ids one call per prompt gives."""
+    from transformers import AutoTokenizer
+
+    from rlvr.data.dataset import _encode
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    files = sorted((REPO / "data").glob("*/*.jsonl"))
+    prompts = [p for f in files for p in load_prompts([f], RowFormat(), DOMAINS | {"code", "judge"}, "train")]
+    texts = [{"domain": "arithmetic", "prompt": t, "ground_truth": "4"} for t in ("2 + 2 = ?", "x")]
+    prompts += rows_to_prompts(texts, "f.jsonl", RowFormat(), DOMAINS, "train")
+    prompts += rows_to_prompts([{"domain": "arithmetic", "messages": user("hi"), "ground_truth": "1"}], "g.jsonl",
+                               RowFormat(system_prompt="be brief"), DOMAINS, "train")
+    kept, dropped = tokenize_prompts(prompts, tokenizer, max_prompt_length=None)
+    assert dropped == [] and len(kept) == len(prompts) > 3000
+    assert [p.prompt_ids for p in kept] == [_encode(p, tokenizer) for p in prompts]
+
+
+def test_a_prompt_the_template_cannot_render_is_named(tiny_tokenizer):
+    rows = [{"domain": "arithmetic", "messages": user("what is 1 ?"), "ground_truth": "1"}] * 2
+    prompts = rows_to_prompts(rows, "f.jsonl", RowFormat(), DOMAINS, "train")
+    tiny_tokenizer.chat_template = None
+    with pytest.raises(DataError, match=r"^f\.jsonl:0: could not apply the chat template"):
+        tokenize_prompts(prompts, tiny_tokenizer, max_prompt_length=None)
+
+
 # ------------------------------------------------------------------------------------------ shipped data
 
 
