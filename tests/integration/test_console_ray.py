@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,18 +16,35 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 
-def probe(tmp_path, *flags: str) -> tuple[str, str]:
+def start_probe(run_dir: Path, *flags: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "tests.helpers.console_probe", str(tmp_path), *flags], cwd=REPO,
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    pid = re.search(r"worker pid (\d+)", proc.stdout).group(1)
-    log = (tmp_path / "logs" / "workers" / f"NoisyWorkerForTest-{pid}.log").read_text()
-    return proc.stdout + proc.stderr, log
+    return subprocess.Popen([sys.executable, "-m", "tests.helpers.console_probe", str(run_dir), *flags], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def test_quiet_console_and_the_worker_log(tmp_path):
-    console, log = probe(tmp_path)
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> dict[str, tuple[str, str]]:
+    """Both probes, quiet and --verbose, at once (each starts a Ray of its own: 11 s apiece one after the other):
+    for each, what reached the console and the worker's log file."""
+    dirs = {mode: tmp_path_factory.mktemp(f"console-{mode}") for mode in ("quiet", "verbose")}
+    procs = {"quiet": start_probe(dirs["quiet"]), "verbose": start_probe(dirs["verbose"], "--verbose")}
+    out = {}
+    try:
+        for mode, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=300)
+            assert proc.returncode == 0, stderr[-3000:]
+            pid = re.search(r"worker pid (\d+)", stdout).group(1)
+            log = (dirs[mode] / "logs" / "workers" / f"NoisyWorkerForTest-{pid}.log").read_text()
+            out[mode] = (stdout + stderr, log, dirs[mode])
+    finally:
+        for proc in procs.values():
+            proc.kill()  # one that hung past its timeout (a no-op for those that ended)
+            proc.wait()
+    return out
+
+
+def test_quiet_console_and_the_worker_log(probes):
+    console, log, run_dir = probes["quiet"]
     name = r"\(NoisyWorkerForTest pid=\d+\) "
     assert re.search(name + "WARNING rlvr.workers.fake: our own warning", console)
     assert re.search(name + "ERROR some_library: a library error", console)
@@ -36,11 +54,11 @@ def test_quiet_console_and_the_worker_log(tmp_path):
     for line in ("WARNING vllm.engine.fake: a third-party warning", "a plain third-party print",
                  "WARNING rlvr.workers.fake: our own warning", "ERROR some_library: a library error"):
         assert line in log
-    assert "Started a local Ray instance" in (tmp_path / "logs" / "driver.log").read_text()
+    assert "Started a local Ray instance" in (run_dir / "logs" / "driver.log").read_text()
 
 
-def test_verbose_shows_third_party_output(tmp_path):
-    console, _ = probe(tmp_path, "--verbose")
+def test_verbose_shows_third_party_output(probes):
+    console, _, _ = probes["verbose"]
     assert re.search(r"\(NoisyWorkerForTest pid=\d+\) WARNING vllm.engine.fake: a third-party warning", console)
     assert re.search(r"\(NoisyWorkerForTest pid=\d+\) a plain third-party print", console)
     assert "Started a local Ray instance" in console
