@@ -23,9 +23,9 @@ def start_probe(run_dir: Path, *flags: str) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory) -> dict[str, tuple[str, str]]:
+def probes(tmp_path_factory) -> dict[str, tuple[str, str, Path]]:
     """Both probes, quiet and --verbose, at once (each starts a Ray of its own: 11 s apiece one after the other):
-    for each, what reached the console and the worker's log file."""
+    for each, what reached the console, the worker's log file and the run directory."""
     dirs = {mode: tmp_path_factory.mktemp(f"console-{mode}") for mode in ("quiet", "verbose")}
     procs = {"quiet": start_probe(dirs["quiet"]), "verbose": start_probe(dirs["verbose"], "--verbose")}
     out = {}
