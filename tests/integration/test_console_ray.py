@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers.at_once import run_at_once
 
 pytestmark = pytest.mark.slow
-
-
-def start_probe(run_dir: Path, *flags: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, "-m", "tests.helpers.console_probe", str(run_dir), *flags], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -27,19 +21,16 @@ def probes(tmp_path_factory) -> dict[str, tuple[str, str, Path]]:
     """Both probes, quiet and --verbose, at once (each starts a Ray of its own: 11 s apiece one after the other):
     for each, what reached the console, the worker's log file and the run directory."""
     dirs = {mode: tmp_path_factory.mktemp(f"console-{mode}") for mode in ("quiet", "verbose")}
-    procs = {"quiet": start_probe(dirs["quiet"]), "verbose": start_probe(dirs["verbose"], "--verbose")}
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    probe = [sys.executable, "-m", "tests.helpers.console_probe"]
+    done = run_at_once({"quiet": [*probe, str(dirs["quiet"])], "verbose": [*probe, str(dirs["verbose"]), "--verbose"]},
+                       300, cwd=REPO, env=env)
     out = {}
-    try:
-        for mode, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=300)
-            assert proc.returncode == 0, stderr[-3000:]
-            pid = re.search(r"worker pid (\d+)", stdout).group(1)
-            log = (dirs[mode] / "logs" / "workers" / f"NoisyWorkerForTest-{pid}.log").read_text()
-            out[mode] = (stdout + stderr, log, dirs[mode])
-    finally:
-        for proc in procs.values():
-            proc.kill()  # one that hung past its timeout (a no-op for those that ended)
-            proc.wait()
+    for mode, proc in done.items():
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        pid = re.search(r"worker pid (\d+)", proc.stdout).group(1)
+        log = (dirs[mode] / "logs" / "workers" / f"NoisyWorkerForTest-{pid}.log").read_text()
+        out[mode] = (proc.stdout + proc.stderr, log, dirs[mode])
     return out
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.at_once import run_at_once
 from tests.lifecycle.cli_runs import records, write_config
 
 pytestmark = pytest.mark.slow
@@ -71,17 +72,9 @@ def test_mistakes_stop_before_anything_starts(tiny_model_dir, tmp_path):
     (run / "checkpoints" / "step_000002").mkdir(parents=True)
     (run / "checkpoints" / "step_000002" / "driver.json").write_text("{}")
     (tmp_path / "plain").mkdir()
-    procs = {expected: subprocess.Popen([sys.executable, "-m", "rlvr.eval", "--config", str(config), "--model",
-                                         model.format(tmp=tmp_path, run=run)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for model, expected in MISTAKES}
-    try:
-        for expected, proc in procs.items():
-            _, stderr = proc.communicate(timeout=120)
-            err = stderr.strip().splitlines()
-            assert proc.returncode == 2 and len(err) == 1 and expected in err[0], (expected, stderr[-2000:])
-    finally:
-        for proc in procs.values():
-            proc.kill()  # one that hung past its timeout (a no-op for those that ended)
-            proc.wait()
+    done = run_at_once({expected: [sys.executable, "-m", "rlvr.eval", "--config", str(config), "--model",
+                                   model.format(tmp=tmp_path, run=run)] for model, expected in MISTAKES}, 120)
+    for expected, proc in done.items():
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1 and expected in err[0], (expected, proc.stderr[-2000:])
     assert not list((tmp_path / "runs").glob("eval-*")), "nothing may be created before the checks pass"
