@@ -119,8 +119,8 @@ def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts
     waiter = Waiter.from_config(cfg.faults, RAY)
     faults = FaultLog(run_dir / "faults.jsonl")
     supervisor = Supervisor(cfg.faults, waiter, faults)
-    with console.stage("servers (judge, sandbox, where asked for) and workers and engines (actor_train, "
-                       "actor_infer, reference, critic, rewards)"):
+    with console.stage("servers (judge, sandbox, where asked for) and workers (actor_train, reference, critic "
+                       "loaded; actor_infer, rewards started)"):
         judge_server, sandbox_server, rewards_cfg, clusters = start_servers_and_clusters(cfg, run_dir, model_path,
                                                                                          waiter)
     supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server,
@@ -130,5 +130,9 @@ def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts
                                   {d: c.workers for d, c in clusters.rewards.items()},
                                   waiter, faults, episodes, placement=clusters.planner)
     write_placement(run_dir, clusters, schedulers.actors)
+    # The engines load in actor_infer's constructors, alongside everything above; waited for here so that the
+    # console's seconds are the load's and step 0's model_update does not carry it.
+    with console.stage("engines (actor_infer)"):
+        clusters.actor_infer.wait_loaded()
     return PipelineParts(run_dir, tokenizer, waiter, faults, clusters, schedulers, resume_from=resume_from,
                          judge_server=judge_server, sandbox_server=sandbox_server, owns_ray=owns_ray)

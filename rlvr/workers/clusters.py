@@ -87,6 +87,10 @@ class ActorInferCluster(Cluster):
     def rng_states(self) -> list[torch.Tensor]:
         return self.gather("rng_state")
 
+    def wait_loaded(self) -> None:
+        """Returns once every worker's constructor (its engine's load) has finished: any call waits for it."""
+        self.gather("health")
+
     def close_async(self) -> Refs:
         return self.call("close")
 

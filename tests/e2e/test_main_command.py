@@ -170,10 +170,11 @@ def test_console_is_quiet_and_ends_with_the_summary(main_run):
     assert [l.split(":")[0] for l in val_lines] == ["validation @ step 0", "validation @ step 1"]
     assert all(re.search(r": val_correct \d\.\d{3}  \(code \d\.\d{3}, judge \d\.\d{3}, math \d\.\d{3}\)  "
                          r"\[\d+\.\d s\]$", l) for l in val_lines), val_lines
-    # start-up, stage by stage, each with its seconds (the servers and the workers start together: one stage)
+    # start-up, stage by stage, each with its seconds (the servers and the workers start together: one stage; the
+    # engines' load, which runs alongside, is waited for as a stage of its own)
     stages = [m.group(1) for l in lines if (m := re.match(r"^  ready: (.+) in \d+\.\d s$", l))]
-    assert [s.split(" ")[0] for s in stages] == ["checks", "Ray", "servers"], stages
-    assert "workers and engines" in stages[2], stages
+    assert [s.split(" ")[0] for s in stages] == ["checks", "Ray", "servers", "engines"], stages
+    assert "workers (actor_train" in stages[2], stages
     # no third-party warnings (vLLM, Ray, DeepSpeed, W&B, datasets, transformers, Python warnings) unless --verbose
     unprefixed = [re.sub(r"^\([^()]* pid=\w+\) ", "", l) for l in lines]  # a worker's line: "(Worker pid=N) ..."
     noisy = [l for l in unprefixed if re.search(r"(?i)warn", l) and not OUR_WARNING_LINE.search(l)]
