@@ -55,19 +55,6 @@ def make_model(out: Path, size: str, tokenizer_dir: str) -> tuple[str, int]:
     return str(out), params
 
 
-class Subset:
-    """The first n workers of the actor_infer cluster, as WeightSync sees a cluster."""
-
-    def __init__(self, workers):
-        self.workers = list(workers)
-
-    def __len__(self) -> int:
-        return len(self.workers)
-
-    def call(self, method: str, *args):
-        return [getattr(w, method).remote(*args) for w in self.workers]
-
-
 def free_gib() -> float:
     import psutil
 
@@ -104,7 +91,7 @@ def run_size(size: str, model: str, params: int, args) -> list[dict]:
     rows = []
     try:
         for n in workers:
-            view = Subset(infer.workers[:n])
+            view = ActorInferCluster("actor_infer", infer.workers[:n])  # the first n, as WeightSync sees a cluster
             # collective: a new group at its first push (the warm-up)
             syncs = {path: WeightSync(c, train, view, Waiter()) for path, c in cfgs.items()}
             for path, sync in syncs.items():  # warm-up: first reload, vLLM's set-up

@@ -44,3 +44,8 @@ class FaultsConfig(Strict):
     # then (past it they fail, counted).
     restart_timeout_s: float = Field(900.0, gt=0)
     poll_s: float = Field(1.0, gt=0)  # while it waits, the driver checks its workers and servers this often
+
+    @property
+    def resend_patience_s(self) -> float:
+        """How long a call to a dead worker waits for its restart before it fails: none without restarts."""
+        return self.restart_timeout_s if self.max_restarts else 0.0

@@ -130,9 +130,10 @@ def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts
                                   {d: c.workers for d, c in clusters.rewards.items()},
                                   waiter, faults, episodes, placement=clusters.planner)
     write_placement(run_dir, clusters, schedulers.actors)
-    # The engines load in actor_infer's constructors, alongside everything above; waited for here so that the
-    # console's seconds are the load's and step 0's model_update does not carry it.
+    # The engines load in actor_infer's constructors, alongside everything above; waited for here (as the first
+    # weight sync would: a worker that dies loading is waited for once restarted) so that the console's seconds
+    # are the load's and step 0's model_update does not carry it.
     with console.stage("engines (actor_infer)"):
-        clusters.actor_infer.wait_loaded()
+        clusters.actor_infer.health(cfg.faults.resend_patience_s)
     return PipelineParts(run_dir, tokenizer, waiter, faults, clusters, schedulers, resume_from=resume_from,
                          judge_server=judge_server, sandbox_server=sandbox_server, owns_ray=owns_ray)

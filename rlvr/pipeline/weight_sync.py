@@ -20,7 +20,6 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from rlvr.config.root import Config
-from rlvr.runtime.resend import gather_resent
 from rlvr.runtime.waiter import Waiter
 from rlvr.workers.clusters import ActorInferCluster, ActorTrainCluster
 
@@ -128,9 +127,7 @@ class WeightSync:
     # ------------------------------------------------------------------ the group
     def _pids(self) -> list[int]:
         """The inference workers' processes now; one restarting is waited for (faults.restart_timeout_s)."""
-        health = gather_resent(self.waiter, self.actor_infer.workers, "health", (), "actor_infer.health",
-                               self.cfg.faults.restart_timeout_s if self.cfg.faults.max_restarts else 0.0)
-        return [h["pid"] for h in health]
+        return [h["pid"] for h in self.actor_infer.health(self.cfg.faults.resend_patience_s)]
 
     def _form(self, pids: list[int]) -> None:
         """A new group: actor_train's rank 0 hosts it (closing its old one), every inference process joins."""

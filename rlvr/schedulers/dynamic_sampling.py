@@ -105,7 +105,7 @@ class DynamicSamplingScheduler:
         self.runs: dict[int, StepRun] = {}  # started steps whose groups the trainer has not all taken yet
         self._background: set[asyncio.Task] = set()
         self._late: Counter[str] = Counter()  # outcomes of groups that finished after their step's quota
-        self.resend_patience_s = cfg.faults.restart_timeout_s if cfg.faults.max_restarts else 0.0
+        self.resend_patience_s = cfg.faults.resend_patience_s
         self.faults: Counter[str] = Counter()  # re-sent and lost requests since the last step's metrics
         self.restored = not was_restarted()
         # Prompts taken from the cursor whose group is in flight, or kept and not yet handed to the trainer, by

@@ -13,6 +13,7 @@ import ray
 import torch
 
 from rlvr.data.batch import TrainBatch
+from rlvr.runtime.resend import gather_resent
 from rlvr.workers.cluster import Cluster
 
 Refs = list[ray.ObjectRef]
@@ -87,9 +88,10 @@ class ActorInferCluster(Cluster):
     def rng_states(self) -> list[torch.Tensor]:
         return self.gather("rng_state")
 
-    def wait_loaded(self) -> None:
-        """Returns once every worker's constructor (its engine's load) has finished: any call waits for it."""
-        self.gather("health")
+    def health(self, patience_s: float) -> list[dict[str, Any]]:
+        """Each worker's process and state; waits for its constructor (the engine's load) as any call does, and
+        for a worker that died to be back (`patience_s`: faults.resend_patience_s)."""
+        return gather_resent(self.waiter, self.workers, "health", (), f"{self.name}.health", patience_s)
 
     def close_async(self) -> Refs:
         return self.call("close")
