@@ -130,10 +130,10 @@ class Supervisor:
         """Loads `weights` into every actor_infer worker (one that dies meanwhile gets them once it is back), and
         keeps the ref for workers restarted later: pinned in the object store until the next sync."""
         self._weights = (weights, version) if self.cfg.max_restarts > 0 else None
-        patience = self.cfg.resend_patience_s
         gather_resent(self.waiter, self.infer, "load_weights", (weights, version), "actor_infer.load_weights",
-                      patience, on_resend=lambda i, err: self.events.record("actor_infer", "sync_resent", worker=i,
-                                                                            error=str(err)[:200]))
+                      self.cfg.resend_patience_s,
+                      on_resend=lambda i, err: self.events.record("actor_infer", "sync_resent", worker=i,
+                                                                  error=str(err)[:200]))
 
     # ------------------------------------------------------------------ the watch
     def tick(self) -> None:

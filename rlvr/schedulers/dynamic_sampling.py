@@ -105,7 +105,6 @@ class DynamicSamplingScheduler:
         self.runs: dict[int, StepRun] = {}  # started steps whose groups the trainer has not all taken yet
         self._background: set[asyncio.Task] = set()
         self._late: Counter[str] = Counter()  # outcomes of groups that finished after their step's quota
-        self.resend_patience_s = cfg.faults.resend_patience_s
         self.faults: Counter[str] = Counter()  # re-sent and lost requests since the last step's metrics
         self.restored = not was_restarted()
         # Prompts taken from the cursor whose group is in flight, or kept and not yet handed to the trainer, by
@@ -220,7 +219,8 @@ class DynamicSamplingScheduler:
             return await worker.generate.remote(prompt.prompt_ids, n, sampling, request_id)
 
         try:
-            gens = await resend(send, self.resend_patience_s, lambda err: self._fault("generate_resent", err))
+            gens = await resend(send, self.cfg.faults.resend_patience_s,
+                                lambda err: self._fault("generate_resent", err))
         finally:
             if run is not None and phase is not None and phase.get("initial"):
                 run.initial_generated()
@@ -260,7 +260,7 @@ class DynamicSamplingScheduler:
             return await self.rewards[(first + attempt) % len(self.rewards)].score.remote(light, lane)
 
         try:
-            return await resend(send, self.resend_patience_s, lambda err: self._fault("score_resent", err))
+            return await resend(send, self.cfg.faults.resend_patience_s, lambda err: self._fault("score_resent", err))
         except Exception as err:  # the reward actor itself failed: count it, never lose the sample silently
             self.faults["score_failed"] += 1
             log.warning("reward actor failed for %s: %s", sample.group_id, err)
