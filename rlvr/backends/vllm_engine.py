@@ -44,6 +44,7 @@ import torch
 from rlvr.backends.seeded_sampling import request_seed
 from rlvr.data.types import Generation, SamplingParams
 from rlvr.lifecycle.guardian import child_pids, guard_path, guard_process
+from rlvr.lifecycle.run_tmpdir import tmpdir_env
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 1.0  # how long shutdown() lets the EngineCore end on its own before vLLM kills it
@@ -343,7 +344,7 @@ class _Gate:
 
 # ---------------------------------------------------------------------- helpers (driver side)
 def engine_env(ipc_dir: str, omp_threads: int | None, eager: bool, one_worker: bool = True) -> dict[str, str]:
-    """Environment of the engine's spawned processes (a value the user set wins in each case).
+    """Environment of the engine's spawned processes (a value the user set wins in each case but TMPDIR).
 
     An eager engine gets TORCH_COMPILE_DISABLE: vLLM's sampler still wraps its logprob-rank count in
     `torch.compile`, and the first request asking for logprobs compiled it into C++ kernels, 15 s of step 0's first
@@ -356,8 +357,12 @@ def engine_env(ipc_dir: str, omp_threads: int | None, eager: bool, one_worker: b
     on, to set the worker's OpenMP binding, which rlvr turns off: VLLM_CPU_OMP_THREADS_BIND=nobind). On the AMX
     Xeon, bf16, 8 prompts x 4 samples x 96 tokens: start-up 11.0 s against 17-18 s, generation 2.9-3.3 s against
     4.1-6.6 s (the queue's polling shares two cores with the model). AsyncLLM still runs its EngineCore in a
-    process of its own, and on GPU one worker already runs in it."""
-    env = {"VLLM_RPC_BASE_PATH": ipc_dir}
+    process of its own, and on GPU one worker already runs in it.
+
+    The engine's temp dir is `ipc_dir` too: the torch FileStore its workers rendezvous through
+    (`vllm_dist_<uuid>`), which a killed engine never removes, and every engine ends killed with its Ray actor,
+    goes with that directory instead of staying in /tmp, one file per engine."""
+    env = {"VLLM_RPC_BASE_PATH": ipc_dir, **tmpdir_env(ipc_dir)}
     if omp_threads:
         env["OMP_NUM_THREADS"] = str(omp_threads)
     if eager:

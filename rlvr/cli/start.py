@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except ConfigError as err:
         return config_error(err, args)
+    from rlvr.lifecycle.run_tmpdir import use_run_tmpdir
+
+    use_run_tmpdir()  # before anything of the run starts: its temp files go with it, also when it is killed
     from rlvr.pipeline.parts import build_pipeline
     from rlvr.pipeline.rlvr_pipeline import RLVRPipeline  # heavy imports only once the config is valid
     from rlvr.report.finish import finish_run

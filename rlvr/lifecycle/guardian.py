@@ -113,6 +113,7 @@ class Guarded:
     processes: dict[int, int] = field(default_factory=dict)  # pid -> start time; roots and their descendants
     segments: set[str] = field(default_factory=set)
     paths: set[str] = field(default_factory=set)
+    after_exit: set[str] = field(default_factory=set)  # removed only once the owner process has ended
 
     def refresh(self) -> None:
         """Adds the current descendants of every live guarded process, and the segments they map."""
@@ -209,7 +210,26 @@ def serve(owner: int, commands: int, owner_started: int | None = None, refresh_s
     counts = guarded.sweep(grace)
     if counts["killed"] or counts["removed"]:
         print(f"rlvr guardian of pid {owner} ({reason}): {counts}", file=sys.stderr, flush=True)
+    _remove_after_exit(sorted(guarded.after_exit), owner_fd)
     return 0
+
+
+def _remove_after_exit(paths: list[str], owner_fd: int | None) -> None:
+    """Removes `paths` once the owner has ended: at once if it has, else from a child of the guardian that waits
+    for it. An owner exiting normally waits for its guardian (`Guardian.close`) and then still runs the exit
+    handlers registered before it, which may write into or remove what is in those paths (wandb's and
+    multiprocessing's temp dirs): they must find them there, and nothing they leave may stay."""
+    if not paths:
+        return
+    if owner_fd is not None and not select.select([owner_fd], [], [], 0)[0]:  # the owner is still exiting
+        if os.fork():
+            return  # this guardian ends, so the owner's close() returns; the child waits for the owner
+        select.select([owner_fd], [], [])
+        for path in paths:
+            _remove(path)
+        os._exit(0)
+    for path in paths:
+        _remove(path)
 
 
 def _read_available(fd: int) -> bytes | None:
@@ -233,6 +253,8 @@ def _apply(guarded: Guarded, message: dict) -> None:
         guarded.refresh()
     elif "path" in message:
         guarded.paths.add(str(message["path"]))
+    elif "path_after_exit" in message:
+        guarded.after_exit.add(str(message["path_after_exit"]))
     elif "forget_path" in message:
         guarded.paths.discard(str(message["forget_path"]))
 
@@ -268,6 +290,9 @@ class Guardian:
 
     def guard_path(self, path: str) -> None:
         self._send({"path": str(path)})
+
+    def guard_path_after_exit(self, path: str) -> None:
+        self._send({"path_after_exit": str(path)})
 
     def forget_path(self, path: str) -> None:
         self._send({"forget_path": str(path)})
@@ -341,6 +366,15 @@ def guard_path_if_killed(path: str) -> None:
     g = guardian()
     if g is not None:
         atexit.register(g.forget_path, path)  # after the guardian's own handler, so it runs before it
+
+
+def guard_path_after_exit(path: str) -> None:
+    """`path` is removed once this process has ended, however it ends: after a clean exit's last exit handler,
+    not at the guardian's close (`guard_path`), so the handlers registered before the guardian (wandb's and
+    multiprocessing's temp dirs) still find what they remove there."""
+    g = guardian()
+    if g is not None:
+        g.guard_path_after_exit(path)
 
 
 def close_guardian(grace_s: float = TERM_GRACE_S) -> None:

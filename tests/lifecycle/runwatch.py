@@ -17,12 +17,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from rlvr.lifecycle.guardian import alive, descendants, shm_mappings, start_time
+from rlvr.lifecycle.run_tmpdir import PREFIX
 
 POLL_S = 0.2
 
@@ -30,7 +32,7 @@ POLL_S = 0.2
 @dataclass
 class Leftovers:
     processes: list[str] = field(default_factory=list)  # "pid cmdline" of what is still alive
-    segments: list[str] = field(default_factory=list)  # /dev/shm and socket files still there
+    segments: list[str] = field(default_factory=list)  # /dev/shm files, socket files and temp dirs still there
 
     def __bool__(self) -> bool:
         return bool(self.processes or self.segments)
@@ -62,11 +64,13 @@ class RunWatch:
         self.observe()
 
     def observe(self) -> list[int]:
-        """Records the run's current process tree and the /dev/shm files its processes map; returns its pids."""
+        """Records the run's current process tree, the /dev/shm files its processes map, the socket files they
+        bind and the run's temp dir; returns its pids."""
         pids = [self.proc.pid, *descendants(self.proc.pid)]
         for pid in pids:
             self._record(pid, _cmdline(pid))
             self.segments |= shm_mappings(pid) | socket_files(pid)
+        self.segments |= run_tmpdirs(pids)
         return pids
 
     def _record(self, pid: int, command: str) -> None:
@@ -170,6 +174,16 @@ def socket_files(pid: int) -> set[str]:
         return set()
     return {row[7] for row in rows if len(row) > 7 and row[6] in inodes and row[7].startswith("/")
             and "/ray/session_" not in row[7]}
+
+
+def run_tmpdirs(pids: list[int]) -> set[str]:
+    """The temp dirs of the drivers among `pids` (rlvr/lifecycle/run_tmpdir.py: TMPDIR of the run's whole tree)."""
+    prefixes = tuple(f"{PREFIX}{pid}-" for pid in pids)
+    base = tempfile.gettempdir()
+    try:
+        return {os.path.join(base, name) for name in os.listdir(base) if name.startswith(prefixes)}
+    except OSError:
+        return set()
 
 
 def _cmdline(pid: int) -> str:

@@ -94,3 +94,42 @@ def test_a_process_pool_leaves_no_multiprocessing_temp_dir(tmp_path, how):
     assert wait_gone({}, timeout_s=30, also=lambda: os.path.exists(temp_dir)) == [] and not os.path.exists(temp_dir)
     if how == "exit":
         assert owner.returncode == 0 and "Traceback" not in owner.stderr.read()
+
+
+AFTER_EXIT_OWNER = r"""
+import atexit, os, sys, time
+scratch = sys.argv[2] + "/run-tmp"
+os.mkdir(scratch)
+
+def late():  # registered before the guardian starts, so it runs after the guardian's close, as wandb's do
+    time.sleep(0.5)
+    with open(scratch + "/late", "w") as f:  # raises if the directory is gone already
+        f.write("x")
+    print("the late handler wrote", flush=True)
+
+atexit.register(late)
+from rlvr.lifecycle.guardian import guard_path_after_exit
+guard_path_after_exit(scratch)
+print(scratch, flush=True)
+if sys.argv[1] == "exit":
+    sys.exit(0)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_a_path_guarded_after_exit_outlives_the_owners_last_exit_handler(tmp_path, how):
+    """A run's temp dir (rlvr/lifecycle/run_tmpdir.py) holds what exit handlers registered before the guardian
+    remove or write (wandb's temp dirs): at a clean exit it must still be there when they run, and gone after; a
+    killed owner runs none, and it is gone at once."""
+    owner = subprocess.Popen([sys.executable, "-c", AFTER_EXIT_OWNER, how, str(tmp_path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    scratch = owner.stdout.readline().strip()
+    assert os.path.isdir(scratch)
+    if how == "sigkill":
+        owner.send_signal(signal.SIGKILL)
+    out, err = owner.communicate(timeout=60)
+    assert wait_gone({}, timeout_s=30, also=lambda: os.path.exists(scratch)) == [] and not os.path.exists(scratch)
+    if how == "exit":
+        assert owner.returncode == 0 and "Traceback" not in err, err
+        assert "the late handler wrote" in out

@@ -2,12 +2,14 @@
 terminal sends it) or by SIGKILL of the driver after its first step, leaves no process of its tree alive (Ray's
 cluster and workers, vLLM's EngineCore, reward process pools, wandb, guardians), none of the /dev/shm segments
 its processes mapped (the weight-sync files; vLLM's psm_* message queues when its model runs in a worker process
-of its own) and none of the socket files they bound (vLLM's ZeroMQ sockets). Only this run's own processes and
+of its own), none of the socket files they bound (vLLM's ZeroMQ sockets) and not its temp dir (wandb's staging
+dirs, multiprocessing's, vLLM's store file). Only this run's own processes and
 files are looked at: other runs share the machine.
 
 Reported before the fix: a driver SIGKILLed after step 2 left VLLM::EngineCore and VLLM::Worker alive holding
 3.4 GB, and every run left a 160 MB and a 240 MB psm_* segment in /dev/shm; later, every vLLM engine left its
-socket files in /tmp (678 of them on the development machine).
+socket files in /tmp (678 of them on the development machine); later still, wandb's staging dirs of a killed driver
+and vLLM's vllm_dist_* store files (14 in /tmp after two sittings of the suite).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def test_a_run_leaves_nothing_behind(tiny_vllm_model_dir, tmp_path, exit_path):
             f"the run did not start vLLM's engine; seen: {sorted(set(commands))}"
         # its ZeroMQ socket files (an engine of one worker has no psm_* queues: the model runs in EngineCore)
         assert any("rlvr-vllm-ipc-" in s for s in watch.segments), "vLLM's socket files were not seen"
+        # the run's temp dir (TMPDIR of its tree, rlvr/lifecycle/run_tmpdir.py), where a killed driver's wandb
+        # staging dirs and its engine's vllm_dist_* store file used to stay behind in /tmp
+        assert any("/rlvr-run-" in s for s in watch.segments), "the run's temp dir was not seen"
         left = watch.leftovers(timeout_s=60)
         print(f"\n{exit_path}: {len(watch.processes)} processes and {len(watch.segments)} /dev/shm and socket files "
               f"seen; left: {len(left.processes)} processes, {len(left.segments)} files")
