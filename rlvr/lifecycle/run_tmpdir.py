@@ -4,8 +4,8 @@ Libraries put files in the system temp dir and remove them only at a clean exit 
 wandb's media and artifact staging dirs (`tmp*wandb-media`, `tmp*wandb-artifacts`, and a `tmp*/val/` for each
 logged table), multiprocessing's `pymp-*`, the torch FileStore that vLLM's engine rendezvouses through
 (`vllm_dist_*`). A driver that is SIGKILLed, and Ray's actors, which all end by being killed, left them in /tmp:
-a development machine held 14 of them after two sittings of the suite. So the CLI points TMPDIR of the driver,
-and with it of every process the run starts (Ray's workers inherit the local cluster's environment, vLLM's
+a development machine held 18 of them after a day of suite runs and benches. So the CLI points TMPDIR of the
+driver, and with it of every process the run starts (Ray's workers inherit the local cluster's environment, vLLM's
 engine and the judge server theirs), at `rlvr-run-<driver pid>-*` under the system temp dir, which the driver's
 guardian removes once the driver has ended: after its last exit handler when it exits, at once when it is killed.
 """

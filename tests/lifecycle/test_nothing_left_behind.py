@@ -9,7 +9,7 @@ files are looked at: other runs share the machine.
 Reported before the fix: a driver SIGKILLed after step 2 left VLLM::EngineCore and VLLM::Worker alive holding
 3.4 GB, and every run left a 160 MB and a 240 MB psm_* segment in /dev/shm; later, every vLLM engine left its
 socket files in /tmp (678 of them on the development machine); later still, wandb's staging dirs of a killed driver
-and vLLM's vllm_dist_* store files (14 in /tmp after two sittings of the suite).
+and vLLM's vllm_dist_* store files (18 in /tmp after a day of suite runs and benches).
 """
 
 from __future__ import annotations
