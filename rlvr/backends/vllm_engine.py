@@ -359,9 +359,9 @@ def engine_env(ipc_dir: str, omp_threads: int | None, eager: bool, one_worker: b
     4.1-6.6 s (the queue's polling shares two cores with the model). AsyncLLM still runs its EngineCore in a
     process of its own, and on GPU one worker already runs in it.
 
-    The engine's temp dir is `ipc_dir` too: the torch FileStore its workers rendezvous through
-    (`vllm_dist_<uuid>`), which a killed engine never removes, and every engine ends killed with its Ray actor,
-    goes with that directory instead of staying in /tmp, one file per engine."""
+    The engine's temp dir is `ipc_dir` too. Its workers rendezvous through a torch FileStore (`vllm_dist_<uuid>`)
+    that only a clean exit removes, and every engine ends killed with its Ray actor: the file goes with that
+    directory instead of staying in /tmp, one per engine."""
     env = {"VLLM_RPC_BASE_PATH": ipc_dir, **tmpdir_env(ipc_dir)}
     if omp_threads:
         env["OMP_NUM_THREADS"] = str(omp_threads)

@@ -219,17 +219,15 @@ def _remove_after_exit(paths: list[str], owner_fd: int | None) -> None:
     for it. An owner exiting normally waits for its guardian (`Guardian.close`) and then still runs the exit
     handlers registered before it, which may write into or remove what is in those paths (wandb's and
     multiprocessing's temp dirs): they must find them there, and nothing they leave may stay."""
-    if not paths:
-        return
-    if owner_fd is not None and not select.select([owner_fd], [], [], 0)[0]:  # the owner is still exiting
+    exiting = bool(paths) and owner_fd is not None and not select.select([owner_fd], [], [], 0)[0]
+    if exiting:
         if os.fork():
             return  # this guardian ends, so the owner's close() returns; the child waits for the owner
         select.select([owner_fd], [], [])
-        for path in paths:
-            _remove(path)
-        os._exit(0)
     for path in paths:
         _remove(path)
+    if exiting:
+        os._exit(0)
 
 
 def _read_available(fd: int) -> bytes | None:
