@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlvr.lifecycle.guardian import guard_path, guard_process
+from rlvr.lifecycle.run_tmpdir import tmpdir_env
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class JudgeServerHandle:
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         if self.backend == "vllm":  # vLLM leaves its ZeroMQ socket files behind: in a directory we remove
             env["VLLM_RPC_BASE_PATH"] = self._socket_dir()
+            # ... and its engine's torch FileStore (`vllm_dist_*`), which a killed server leaves in the temp dir
+            env.update(tmpdir_env(self._socket_dir(), env))
         logger.info("starting the %s judge server: %s (logs in %s)", self.backend, " ".join(cmd), self.log_dir)
         with open(self.log_dir / "stdout.log", "wb") as out, open(self.log_dir / "stderr.log", "ab") as err:
             self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,

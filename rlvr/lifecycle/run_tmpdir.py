@@ -16,6 +16,7 @@ import getpass
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 
 from rlvr.lifecycle.guardian import guard_path_after_exit
 
@@ -33,14 +34,15 @@ def use_run_tmpdir() -> str:
     return path
 
 
-def tmpdir_env(path: str) -> dict[str, str]:
+def tmpdir_env(path: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment that gives processes `path` as their temp dir while what must outlive it stays where it
     was: Ray's session directory (its logs, which Ray places under TMPDIR) and torch inductor's compile cache (in
-    the temp dir too, reused by the next run). A value the user set wins."""
+    the temp dir too, reused by the next run). A value set in `env` (default: this process's environment) wins."""
+    env = os.environ if env is None else env
     base = tempfile.gettempdir()
-    return {"TMPDIR": path, "RAY_TMPDIR": os.environ.get("RAY_TMPDIR", base),
-            "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR",
-                                                      os.path.join(base, f"torchinductor_{_user()}"))}
+    return {"TMPDIR": path, "RAY_TMPDIR": env.get("RAY_TMPDIR", base),
+            "TORCHINDUCTOR_CACHE_DIR": env.get("TORCHINDUCTOR_CACHE_DIR",
+                                               os.path.join(base, f"torchinductor_{_user()}"))}
 
 
 def _user() -> str:

@@ -71,12 +71,17 @@ def test_logprobs_compile_nothing(judge, inductor_cache):
         max_tokens=1, temperature=0, logprobs=True, top_logprobs=5).choices[0]
     assert len(choice.logprobs.content[0].top_logprobs) == 5
     assert not [p for p in inductor_cache.rglob("*") if p.is_file()], "the server compiled a kernel"
+    # the cache looked at is the server's: its temp dir moved (tmpdir_env), the cache dir it was given did not
+    environ = Path(f"/proc/{judge.process.pid}/environ").read_bytes().split(b"\0")
+    assert f"TORCHINDUCTOR_CACHE_DIR={inductor_cache}".encode() in environ
 
 
 def test_stop_ends_the_server(judge):
     port = judge.port
     sockets = Path(judge._sockets)
     assert list(sockets.iterdir()), "vLLM's socket files should be in the server's own directory"
+    # ... and, as its temp dir, its engine's torch FileStore, which a killed server left in /tmp
+    assert list(sockets.glob("vllm_dist_*")), sorted(p.name for p in sockets.iterdir())
     judge.stop()
     assert not judge.alive()
     assert not sockets.exists()  # vLLM never removes them itself (they piled up in /tmp)

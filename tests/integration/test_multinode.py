@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, tiny_config
+from tests.helpers.own_tmpdir import own_tmpdir
 
 pytestmark = pytest.mark.slow
 
@@ -32,9 +33,15 @@ RAY = str(Path(sys.executable).parent / "ray")
 
 @pytest.fixture(scope="module")
 def cluster():
+    # The cluster's processes get a temp dir of this test's own: its shutdown kills the reward workers with their
+    # process pools, whose pymp-* dirs (multiprocessing's) would otherwise stay in /tmp.
+    with own_tmpdir() as (_, tmp_env):
+        yield from _cluster({"TOKENIZERS_PARALLELISM": "false", "RAY_ADDRESS": "", **tmp_env})
+
+
+def _cluster(env: dict[str, str]):
     from ray.cluster_utils import Cluster
 
-    env = {"TOKENIZERS_PARALLELISM": "false", "RAY_ADDRESS": ""}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     os.environ.pop("RAY_ADDRESS")  # the nodes and the jobs find this cluster, never one from the environment

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests.helpers.own_tmpdir import own_tmpdir
+
 DRIVER = textwrap.dedent("""
     import os, sys
     from pathlib import Path
@@ -45,8 +47,10 @@ PARENT = textwrap.dedent("""
 def test_killed_driver_resumes_although_its_parent_runs_a_wandb_service(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    done = subprocess.run([sys.executable, "-c", PARENT, DRIVER, str(run_dir)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "WANDB_SILENT": "true"})
-    assert done.returncode == 0, done.stderr[-4000:]
+    with own_tmpdir() as (tmp, tmp_env):  # the killed driver's wandb staging dirs stay behind: not in /tmp
+        done = subprocess.run([sys.executable, "-c", PARENT, DRIVER, str(run_dir)], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "WANDB_SILENT": "true", **tmp_env})
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert list(tmp.glob("*wandb-media")), "the killed driver's staging dir should have landed here"
     offline = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 2, offline  # the killed run and the resumed one

@@ -23,3 +23,12 @@ def test_a_users_own_places_win(monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/data/inductor")
     env = tmpdir_env("/tmp/rlvr-run-1-x")
     assert (env["RAY_TMPDIR"], env["TORCHINDUCTOR_CACHE_DIR"]) == ("/data/ray", "/data/inductor")
+
+
+def test_the_given_environment_wins_over_this_processs(monkeypatch):
+    """A child started with an environment of its own (the judge server's `env`) keeps that environment's places."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/data/inductor")
+    monkeypatch.setenv("RAY_TMPDIR", "/data/ray")
+    env = tmpdir_env("/tmp/rlvr-run-1-x", {"TORCHINDUCTOR_CACHE_DIR": "/tmp/test-inductor"})
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/test-inductor"
+    assert env["RAY_TMPDIR"] == tempfile.gettempdir()  # not in the given environment: the default, not ours
