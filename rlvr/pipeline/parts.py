@@ -42,6 +42,9 @@ class PipelineParts:
     judge_server: Any = None
     sandbox_server: Any = None
     owns_ray: bool = False
+    # False: the clusters serve several runs one after another (tests/helpers/shared_clusters.py) and stay up
+    # when this run closes; whoever built them ends them
+    owns_clusters: bool = True
 
 
 def start_local_servers(cfg: Config, run_dir: Path) -> tuple[Any, Any, dict[str, RewardConfig]]:
@@ -101,6 +104,24 @@ def start_servers_and_clusters(cfg: Config, run_dir: Path, model_path: str, wait
     return judge_server, sandbox_server, rewards_cfg, clusters
 
 
+def supervise_and_schedule(cfg: Config, data: dict, episodes: dict, run_dir: Path, waiter: Waiter,
+                           clusters: Clusters, judge_server: Any = None, rewards_cfg: dict[str, RewardConfig] | None
+                           = None, sandbox_server: Any = None) -> tuple[FaultLog, DomainSchedulers]:
+    """What a run has of its own over its started clusters: the fault log and the supervisor that watches the
+    workers and servers (it waits until every one is up), the domain schedulers over its data, the placement
+    record."""
+    faults = FaultLog(run_dir / "faults.jsonl")
+    supervisor = Supervisor(cfg.faults, waiter, faults)  # the waiter's supervisor from now on
+    supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server,
+                     weight_source=clusters.weight_sync.weight_source)
+    clusters.weight_sync.supervise(supervisor, faults)
+    schedulers = DomainSchedulers(cfg, data, clusters.infer_endpoints,
+                                  {d: c.workers for d, c in clusters.rewards.items()},
+                                  waiter, faults, episodes, placement=clusters.planner)
+    write_placement(run_dir, clusters, schedulers.actors)
+    return faults, schedulers
+
+
 def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts:
     """The parts of a real run, started in order: the checks that need nothing started (resume target, models,
     reward and env arguments, the data: rlvr/pipeline/preflight.py), the run directory (or the one to resume),
@@ -117,19 +138,12 @@ def build_pipeline(cfg: Config, checked: Checked | None = None) -> PipelineParts
     with console.stage("Ray"):
         owns_ray = start_ray(cfg)
     waiter = Waiter.from_config(cfg.faults, RAY)
-    faults = FaultLog(run_dir / "faults.jsonl")
-    supervisor = Supervisor(cfg.faults, waiter, faults)
     with console.stage("servers (judge, sandbox, where asked for) and workers (actor_train, reference, critic "
                        "loaded; actor_infer, rewards started)"):
         judge_server, sandbox_server, rewards_cfg, clusters = start_servers_and_clusters(cfg, run_dir, model_path,
                                                                                          waiter)
-    supervisor.watch(clusters, judge_server, rewards_cfg, sandbox_server,
-                     weight_source=clusters.weight_sync.weight_source)
-    clusters.weight_sync.supervise(supervisor, faults)
-    schedulers = DomainSchedulers(cfg, data, clusters.infer_endpoints,
-                                  {d: c.workers for d, c in clusters.rewards.items()},
-                                  waiter, faults, episodes, placement=clusters.planner)
-    write_placement(run_dir, clusters, schedulers.actors)
+    faults, schedulers = supervise_and_schedule(cfg, data, episodes, run_dir, waiter, clusters,
+                                                judge_server, rewards_cfg, sandbox_server)
     # The engines load in actor_infer's constructors, alongside everything above; waited for here (as the first
     # weight sync would: a worker that dies loading is waited for once restarted) so that the console's seconds
     # are the load's and step 0's model_update does not carry it.

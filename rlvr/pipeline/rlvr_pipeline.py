@@ -66,6 +66,7 @@ class RLVRPipeline:
         self.runtime, self.waiter, self.faults = parts.runtime, parts.waiter, parts.faults
         self.clusters, self.schedulers = parts.clusters, parts.schedulers
         self.judge_server, self.sandbox_server, self.owns_ray = parts.judge_server, parts.sandbox_server, parts.owns_ray
+        self.owns_clusters = parts.owns_clusters
         self.domains = list(cfg.domains)  # the order of the batch's domain_index
         self.advantages = AdvantageStep(cfg)  # KL controller and running reward moments live across steps
         self.step, self.quota_credit, run_id = 0, {}, None
@@ -306,20 +307,24 @@ class RLVRPipeline:
     def close(self) -> None:
         """Trackers flushed, reward pools and generation engines closed, every actor of this pipeline gone (the
         Ray cluster stays up when it was not ours to start). Each part is ended even when an earlier one fails
-        (after Ctrl-C an actor may be dead already); the failures are logged."""
+        (after Ctrl-C an actor may be dead already); the failures are logged. Clusters the run does not own
+        (`PipelineParts.owns_clusters`) are left as they are."""
         clusters = self.clusters
         console.drain_worker_output()  # a worker's last lines (an error's traceback) reach its log first
-        end_all([
-            ("trackers", self.trackers.close),
-            ("the step started ahead", self.schedule.cancel_ahead),
+        own_run = [("trackers", self.trackers.close), ("the step started ahead", self.schedule.cancel_ahead)]
+        engines = [
             ("reward workers", lambda: ray.get([r for c in clusters.rewards.values() for r in c.close_async()],
                                                timeout=CLOSE_TIMEOUT_S)),
             ("generation engines", lambda: ray.get(clusters.actor_infer.close_async(), timeout=CLOSE_TIMEOUT_S)),
-            ("schedulers", self.schedulers.kill),
+        ]
+        schedulers = [("schedulers", self.schedulers.kill)]
+        actors_and_servers = [
             ("clusters", lambda: [c.kill() for c in (clusters.actor_train, clusters.actor_infer, clusters.reference,
                                                      clusters.critic, *clusters.rewards.values()) if c is not None]),
             ("router and placement groups", clusters.release),
             ("judge server", lambda: self.judge_server is not None and self.judge_server.stop()),
             ("sandbox server", lambda: self.sandbox_server is not None and self.sandbox_server.stop()),
             ("ray", lambda: self.owns_ray and ray.shutdown()),
-        ])
+        ]
+        # clusters shared with later runs stay up (their builder ends them); the run's schedulers go either way
+        end_all(own_run + engines + schedulers + actors_and_servers if self.owns_clusters else own_run + schedulers)

@@ -1,5 +1,8 @@
 """The three overlap switches (mini-batch pipeline, one-step off-policy, streaming rewards) in every combination,
-on local Ray with the tiny model and a reward with injected latency; and reward failures inside the agent."""
+on local Ray with the tiny model and a reward with injected latency; and reward failures inside the agent.
+
+The combinations run one after another on one build's clusters (tests/helpers/shared_clusters.py: the switches
+are the driver's and the schedulers' business), each from step 0; the rewind is checked here too."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import itertools
 import pytest
 
 from tests.conftest import tiny_config
+from tests.helpers.shared_clusters import SharedClusters
 from tests.integration.test_pipeline import read_metrics, run_pipeline
 
 pytestmark = pytest.mark.slow
@@ -27,10 +31,28 @@ def overlap_tree(model_dir, out, pipeline, off_policy, streaming, reward=None):
     return tree
 
 
+@pytest.fixture(scope="module")
+def shared(tiny_model_dir, ray_local, tmp_path_factory):
+    clusters = SharedClusters(overlap_tree(tiny_model_dir, str(tmp_path_factory.mktemp("overlap-build")), False,
+                                           False, False), tmp_path_factory.mktemp("overlap-start"))
+    yield clusters
+    clusters.close()
+
+
+def run_shared(shared: SharedClusters, tree: dict):
+    run = shared.pipeline(tree)
+    try:
+        run.run()
+    except BaseException:
+        run.close()
+        raise
+    return run
+
+
 @pytest.mark.parametrize("pipeline, off_policy, streaming", list(itertools.product([False, True], repeat=3)))
-def test_every_combination_trains_whole_groups_with_the_right_staleness(tiny_model_dir, ray_local, tmp_path,
+def test_every_combination_trains_whole_groups_with_the_right_staleness(tiny_model_dir, shared, tmp_path,
                                                                           pipeline, off_policy, streaming):
-    run = run_pipeline(overlap_tree(tiny_model_dir, str(tmp_path), pipeline, off_policy, streaming))
+    run = run_shared(shared, overlap_tree(tiny_model_dir, str(tmp_path), pipeline, off_policy, streaming))
     try:
         records = [r for r in read_metrics(run.run_dir) if "actor/loss" in r]
         assert [r["step"] for r in records] == list(range(STEPS))
@@ -51,6 +73,24 @@ def test_every_combination_trains_whole_groups_with_the_right_staleness(tiny_mod
             assert statuses == PROMPTS * GROUP
     finally:
         run.close()
+
+
+def test_a_run_on_the_shared_clusters_starts_where_the_build_left_them(tiny_model_dir, shared, tmp_path):
+    """The same config before and after another run on the same clusters: the same losses, LR and reward calls,
+    step by step: actor_train's weights, optimizer, LR schedule and RNG rewound (without the rewind the LR differs).
+    A fresh build of this config gave the same losses when this was written; that build is what the sharing saves."""
+    def trained(name: str, *switches: bool) -> list[tuple]:
+        run = run_shared(shared, overlap_tree(tiny_model_dir, str(tmp_path / name), *switches))
+        run.close()
+        return [(r["step"], r["actor/loss"], r["actor/lr"], r["arithmetic/reward/calls"])
+                for r in read_metrics(run.run_dir) if "actor/loss" in r]
+
+    first = trained("first", False, False, False)
+    trained("between", True, True, True)
+    assert trained("again", False, False, False) == first
+    with pytest.raises(ValueError, match="differs from the shared build's"):
+        shared.pipeline(overlap_tree(tiny_model_dir, str(tmp_path / "other"), False, False, False,
+                                     reward={"worker": "tests.helpers.rewards.FailingEveryOtherRewardForTest"}))
 
 
 def test_reward_that_raises_or_hangs_inside_the_agent_is_counted_never_stuck(tiny_model_dir, ray_local, tmp_path):
