@@ -105,8 +105,9 @@ def start_servers_and_clusters(cfg: Config, run_dir: Path, model_path: str, wait
 
 
 def supervise_and_schedule(cfg: Config, data: dict, episodes: dict, run_dir: Path, waiter: Waiter,
-                           clusters: Clusters, judge_server: Any = None, rewards_cfg: dict[str, RewardConfig] | None
-                           = None, sandbox_server: Any = None) -> tuple[FaultLog, DomainSchedulers]:
+                           clusters: Clusters, judge_server: Any = None,
+                           rewards_cfg: dict[str, RewardConfig] | None = None,
+                           sandbox_server: Any = None) -> tuple[FaultLog, DomainSchedulers]:
     """What a run has of its own over its started clusters: the fault log and the supervisor that watches the
     workers and servers (it waits until every one is up), the domain schedulers over its data, the placement
     record."""

@@ -46,15 +46,18 @@ class SharedClusters:
         if cfg.actor_train.weight_sync != "collective":
             raise ValueError("shared clusters need actor_train.weight_sync=collective: an object-store sync "
                              "ignores older versions, so step 0's weights would not reach a used engine")
+        if cfg.algorithm.needs_critic:
+            raise ValueError("shared clusters do not rewind a critic")
         self.settings, self.checked = cluster_settings(cfg), preflight(cfg)
         self.owner = RLVRPipeline(cfg, build_pipeline(cfg, self.checked))
-        clusters = self.clusters = self.owner.clusters
-        if clusters.critic is not None:
-            raise ValueError("shared clusters do not rewind a critic")
-        self.waiter = self.owner.waiter
+        self.clusters, self.waiter = self.owner.clusters, self.owner.waiter
         self.start_state = scratch / "actor_train_at_build"
-        self.waiter.get(clusters.actor_train.save_async(str(self.start_state)), "actor_train.save")
-        self.infer_rng = clusters.actor_infer.rng_states()
+        try:
+            self.waiter.get(self.clusters.actor_train.save_async(str(self.start_state)), "actor_train.save")
+            self.infer_rng = self.clusters.actor_infer.rng_states()
+        except BaseException:
+            self.owner.close()
+            raise
 
     def pipeline(self, tree: dict) -> RLVRPipeline:
         """A run of `tree` from step 0 on the shared clusters; its close() leaves them up."""

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import tiny_config
 from tests.helpers.shared_clusters import SharedClusters
-from tests.integration.test_pipeline import read_metrics, run_pipeline
+from tests.integration.test_pipeline import ran, read_metrics, run_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -39,20 +39,10 @@ def shared(tiny_model_dir, ray_local, tmp_path_factory):
     clusters.close()
 
 
-def run_shared(shared: SharedClusters, tree: dict):
-    run = shared.pipeline(tree)
-    try:
-        run.run()
-    except BaseException:
-        run.close()
-        raise
-    return run
-
-
 @pytest.mark.parametrize("pipeline, off_policy, streaming", list(itertools.product([False, True], repeat=3)))
 def test_every_combination_trains_whole_groups_with_the_right_staleness(tiny_model_dir, shared, tmp_path,
                                                                           pipeline, off_policy, streaming):
-    run = run_shared(shared, overlap_tree(tiny_model_dir, str(tmp_path), pipeline, off_policy, streaming))
+    run = ran(shared.pipeline(overlap_tree(tiny_model_dir, str(tmp_path), pipeline, off_policy, streaming)))
     try:
         records = [r for r in read_metrics(run.run_dir) if "actor/loss" in r]
         assert [r["step"] for r in records] == list(range(STEPS))
@@ -80,7 +70,7 @@ def test_a_run_on_the_shared_clusters_starts_where_the_build_left_them(tiny_mode
     step by step: actor_train's weights, optimizer, LR schedule and RNG rewound (without the rewind the LR differs).
     A fresh build of this config gave the same losses when this was written; that build is what the sharing saves."""
     def trained(name: str, *switches: bool) -> list[tuple]:
-        run = run_shared(shared, overlap_tree(tiny_model_dir, str(tmp_path / name), *switches))
+        run = ran(shared.pipeline(overlap_tree(tiny_model_dir, str(tmp_path / name), *switches)))
         run.close()
         return [(r["step"], r["actor/loss"], r["actor/lr"], r["arithmetic/reward/calls"])
                 for r in read_metrics(run.run_dir) if "actor/loss" in r]

@@ -22,7 +22,11 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def run_pipeline(tree: dict) -> RLVRPipeline:
-    pipeline = RLVRPipeline(config_from_dict(tree))
+    return ran(RLVRPipeline(config_from_dict(tree)))
+
+
+def ran(pipeline: RLVRPipeline) -> RLVRPipeline:
+    """`pipeline` run to its last step; closed when the run fails, else the caller's to close."""
     try:
         pipeline.run()
     except BaseException:
