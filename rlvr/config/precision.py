@@ -6,12 +6,17 @@ only (an AMD EPYC of the same 2-core kind, 2026-11-26) torch emulates bf16: a 10
 TFLOP/s against 0.109 in fp32, and the main job's first step took 964 s against ~40 s. AVX512-BF16 alone is not
 enough either: on a Xeon of this kind whose hypervisor hides AMX (family 6 model 207, 2026-11-28: `avx512_bf16`
 listed, `amx_bf16` not) a 2048 x 2048 bf16 product ran at 0.17 TFLOP/s against 0.30 in fp32 and a forward +
-backward of the default model at 0.82x fp32's tokens/s (docs/precision.md). So the shipped configs say
+backward of the default model at 0.82x fp32's tokens/s (docs/precision.md). On AMD the same flag is another
+story: an AMD EPYC of this kind with AVX-512 (family 26, 2026-12-07: `avx512_bf16`, no AMX) ran the 2048 x 2048
+bf16 product at 0.75 TFLOP/s against 0.19 in fp32 and an optimizer step of the default model at 3.18x fp32's
+tokens/s (bench/precision_packing.py), vLLM's eager generation at 1.40-1.56x. So the shipped configs say
 `auto` (generation.dtype, actor_train/critic.bf16_autocast) and each section resolves it when it is validated:
 
 - bf16 when the section asks for GPUs (`num_gpus_per_worker` > 0) or this host has one (`nvidia-smi`, the check
   scripts/setup.sh uses to pick vLLM's build): tensor cores since Ampere;
 - bf16 when this host's CPU has AMX-BF16 (`amx_bf16` in /proc/cpuinfo's flags), the matrix unit bf16 pays on;
+- bf16 when it is an AMD CPU (`vendor_id` AuthenticAMD) with AVX512-BF16: measured on family 26 only; family 25
+  (the first AMD CPUs with the flag) is taken on the same terms, unmeasured;
 - fp32 otherwise.
 
 The resolved value is what the run uses and saves (config.yaml); the host that resolves it is the driver's, so a
@@ -24,28 +29,36 @@ import functools
 import shutil
 from pathlib import Path
 
-NATIVE_BF16_CPU_FLAGS = ("amx_bf16",)  # avx512_bf16 alone measured slower than fp32 (the docstring)
+NATIVE_BF16_CPU_FLAGS = ("amx_bf16",)  # avx512_bf16 alone measured slower than fp32 on Intel (the docstring)
+AMD_VENDOR = "AuthenticAMD"  # ... and 3.18x faster than fp32 on AMD
 AUTO_KEYS = ("generation.dtype", "actor_train.bf16_autocast", "critic.bf16_autocast")  # the keys that take `auto`
+
+
+def cpuinfo_field(cpuinfo: str, name: str) -> str:
+    """One field of the first processor in a /proc/cpuinfo text ("" when it has none)."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == name:
+            return value.strip()
+    return ""
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
     """The feature flags of the first processor in a /proc/cpuinfo text."""
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() == "flags":
-            return set(value.split())
-    return set()
+    return set(cpuinfo_field(cpuinfo, "flags").split())
 
 
-def bf16_native_on_cpu(flags: set[str]) -> bool:
-    return cpu_precision(flags)[0]
+def bf16_native_on_cpu(flags: set[str], vendor: str = "") -> bool:
+    return cpu_precision(flags, vendor)[0]
 
 
-def cpu_precision(flags: set[str]) -> tuple[bool, str]:
-    """(bf16 is native on a CPU with these flags, why)."""
+def cpu_precision(flags: set[str], vendor: str = "") -> tuple[bool, str]:
+    """(bf16 is native on a CPU with these flags from this vendor, why)."""
     found = [f for f in NATIVE_BF16_CPU_FLAGS if f in flags]
     if found:
         return True, f"this CPU has {', '.join(found)}"
+    if "avx512_bf16" in flags and vendor == AMD_VENDOR:
+        return True, "this AMD CPU has avx512_bf16"
     if "avx512_bf16" in flags:
         return False, "this CPU has avx512_bf16 but not amx_bf16 (bf16 measured slower than fp32 there)"
     return False, "this CPU has no amx_bf16"
@@ -57,7 +70,8 @@ def host_precision() -> tuple[bool, str]:
     if shutil.which("nvidia-smi"):
         return True, "this host has a GPU (nvidia-smi)"
     try:
-        return cpu_precision(cpu_flags(Path("/proc/cpuinfo").read_text()))
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        return cpu_precision(cpu_flags(cpuinfo), cpuinfo_field(cpuinfo, "vendor_id"))
     except OSError:
         return cpu_precision(set())
 
@@ -67,4 +81,4 @@ def auto_bf16(num_gpus_per_worker: float | None) -> bool:
     return bool(num_gpus_per_worker) or host_precision()[0]
 
 
-__all__ = ["AUTO_KEYS", "auto_bf16", "bf16_native_on_cpu", "cpu_flags", "cpu_precision", "host_precision"]
+__all__ = ["AUTO_KEYS", "auto_bf16", "bf16_native_on_cpu", "cpu_flags", "cpu_precision", "cpuinfo_field", "host_precision"]
