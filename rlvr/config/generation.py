@@ -32,7 +32,7 @@ class GenerationConfig(Strict):
     tensor_parallel_size: int = Field(1, ge=1)  # vLLM only: processes (GPUs) per worker, on one node
     # GPUs per worker (Ray resource). None: tensor_parallel_size when the Ray cluster has GPUs, else 0.
     num_gpus_per_worker: float | None = Field(None, ge=0)
-    # auto: bfloat16 where this host computes it natively (a GPU or AMX-BF16), else float32
+    # auto: bfloat16 where this host computes it natively (a GPU, AMX-BF16, AMD AVX512-BF16), else float32
     # (rlvr/config/precision.py); resolved when validated, so the run sees and saves the concrete dtype.
     dtype: Literal["float32", "bfloat16", "auto"] = "float32"
     max_new_tokens: int = Field(128, ge=1)

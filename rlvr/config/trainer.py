@@ -71,7 +71,7 @@ class TrainerConfig(Strict):
     max_tokens_per_micro_batch: int | None = Field(None, ge=16)
     ppo_epochs: int = Field(1, ge=1)  # passes over each batch
     # bf16 compute in forward and backward: over fp32 weights (autocast), or with bf16 weights (bf16_weights).
-    # auto: true where this host computes bf16 natively (a GPU or AMX-BF16), else false (fp32;
+    # auto: true where this host computes bf16 natively (a GPU, AMX-BF16, AMD AVX512-BF16), else false (fp32;
     # rlvr/config/precision.py); resolved when validated.
     bf16_autocast: bool | Literal["auto"] = Field("auto", validate_default=True)
     # With bf16_autocast: true -> bf16 module weights and compute, fp32 master weights, gradient accumulation and
