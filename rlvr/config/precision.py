@@ -81,4 +81,5 @@ def auto_bf16(num_gpus_per_worker: float | None) -> bool:
     return bool(num_gpus_per_worker) or host_precision()[0]
 
 
-__all__ = ["AUTO_KEYS", "auto_bf16", "bf16_native_on_cpu", "cpu_flags", "cpu_precision", "cpuinfo_field", "host_precision"]
+__all__ = ["AUTO_KEYS", "auto_bf16", "bf16_native_on_cpu", "cpu_flags", "cpu_precision", "cpuinfo_field",
+           "host_precision"]
