@@ -234,11 +234,11 @@ def resource_table(runs: dict[str, dict[int, dict[int, dict]]]) -> None:
 def cpu_name() -> str:
     """The CPU's model name (its step times say little without it: this box's kind has come as a Xeon with
     AMX-BF16 and as an AVX2 EPYC about 2x slower in fp32)."""
+    from rlvr.config.precision import cpuinfo_field
+
     info = Path("/proc/cpuinfo")
-    for line in info.read_text().splitlines() if info.exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    name = cpuinfo_field(info.read_text(), "model name") if info.exists() else ""
+    return name or platform.processor() or platform.machine()
 
 
 def finished_runs(path: str | None, steps: int) -> set[tuple[str, int | None]]:

@@ -57,9 +57,9 @@ def cpu_precision(flags: set[str], vendor: str = "") -> tuple[bool, str]:
     found = [f for f in NATIVE_BF16_CPU_FLAGS if f in flags]
     if found:
         return True, f"this CPU has {', '.join(found)}"
-    if "avx512_bf16" in flags and vendor == AMD_VENDOR:
-        return True, "this AMD CPU has avx512_bf16"
     if "avx512_bf16" in flags:
+        if vendor == AMD_VENDOR:
+            return True, "this AMD CPU has avx512_bf16"
         return False, "this CPU has avx512_bf16 but not amx_bf16 (bf16 measured slower than fp32 there)"
     return False, "this CPU has no amx_bf16"
 
