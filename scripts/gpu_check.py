@@ -12,6 +12,7 @@ Llama, tests/helpers/train_batches.py). Each row compares the device's result wi
     correction weights vs CPU            truncated and masked IS (every level) on the device against CPU
     rejected tokens leave denominator    the loss over kept tokens only (slime's PR 657), on the device
     packed vs padded: logprobs, gradient  one packed stream per micro-batch against padded rows, fp32
+    shared prompts vs padded              rows of one prompt packed as one unit (the prompt once, a tree mask), fp32
 
 Then a timing table (no pass/fail; `--no-timing` skips it): one TorchStrategy train step over the same rows in fp32
 padded, bf16 padded (`--padded-rows`: micro-batches of that many rows) and bf16 packed (`--budgets`: tokens per
@@ -37,9 +38,10 @@ from rlvr.algorithms.actor_objective import ObjectiveSettings, actor_objective  
 from rlvr.algorithms.rollout_correction import LEVELS, CorrectionSettings, correction_weights  # noqa: E402
 from rlvr.backends.bf16_rounding import dithered_bf16  # noqa: E402
 from rlvr.backends.torch_strategy import TorchStrategy  # noqa: E402
-from tests.helpers.train_batches import make_small_vocab_llama, make_train_batch  # noqa: E402
+from tests.helpers.train_batches import make_group_batch, make_small_vocab_llama, make_train_batch  # noqa: E402
 
 BATCH = make_train_batch(4, 24)  # rows of different lengths (right padding); one row's reward failed
+GROUPS = make_group_batch(2, 3, 24)  # 2 prompts x 3 rows, one failed reward, one look-alike prompt
 
 
 def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None, micro_batch_size: int = 2) -> SimpleNamespace:
@@ -48,14 +50,14 @@ def trainer_cfg(bf16_weights: bool, max_tokens: int | None = None, micro_batch_s
                            gradient_checkpointing=False, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.0,
                            lr_schedule="constant", warmup_steps=0, max_grad_norm=None, mini_batch_size=None,
                            micro_batch_size=micro_batch_size, max_tokens_per_micro_batch=max_tokens, ppo_epochs=1,
-                           lora=None, bf16_rounding="dithered")
+                           lora=None, bf16_rounding="dithered", share_prompt_prefix=True)
 
 
-def train_grads(model_dir: str, bf16_weights: bool, device: str,
-                max_tokens: int | None = None) -> tuple[TorchStrategy, torch.Tensor]:
+def train_grads(model_dir: str, bf16_weights: bool, device: str, max_tokens: int | None = None,
+                batch=BATCH) -> tuple[TorchStrategy, torch.Tensor]:
     s = TorchStrategy(model_dir, trainer_cfg(bf16_weights, max_tokens), total_steps=4, seed=0, device=device)
     settings = ObjectiveSettings()
-    s.train_step(BATCH, lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings, nt, ns))
+    s.train_step(batch, lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings, nt, ns))
     params = s.masters.values() if s.masters else s.model.parameters()
     return s, torch.cat([p.grad.flatten().float().cpu() for p in params])
 
@@ -70,8 +72,14 @@ def check_precision_and_packing(device: str) -> list[tuple[str, str, str, bool]]
                                   trainable=False).forward_logprobs(BATCH, loss_positions_only=True)
         lp_packed = TorchStrategy(model_dir, trainer_cfg(False, 40), total_steps=1, seed=0, device=device,
                                   trainable=False).forward_logprobs(BATCH, loss_positions_only=True)
+        shared = [train_grads(model_dir, False, device, max_tokens=b, batch=GROUPS)[1] for b in (None, 48)]
+        lp_shared = [TorchStrategy(model_dir, trainer_cfg(False, b), total_steps=1, seed=0, device=device,
+                                   trainable=False).forward_logprobs(GROUPS, loss_positions_only=True)
+                     for b in (None, 48)]
     lp_diff = float((lp_packed - lp_padded).abs().max())
     g_rel = float((g_packed - g32).norm() / g32.norm())
+    lp_shared_diff = float((lp_shared[1] - lp_shared[0]).abs().max())
+    g_shared_rel = float((shared[1] - shared[0]).norm() / shared[0].norm())
     rel = float((g16 - g32).norm() / g32.norm())
     masters_fp32 = all(m.dtype == torch.float32 for m in bf16.masters.values())
     rounded = all(torch.equal(p, dithered_bf16(bf16.masters[n], bf16.thresholds[n]))
@@ -80,7 +88,9 @@ def check_precision_and_packing(device: str) -> list[tuple[str, str, str, bool]]
             ("bf16 weights: masters stay fp32", f"fp32 {masters_fp32}, module = dithered {rounded}", "both true",
              masters_fp32 and rounded),
             ("packed vs padded: logprobs, gradient", f"{lp_diff:.1e} abs, {g_rel:.1e} rel", "< 1e-4, < 1e-4",
-             lp_diff < 1e-4 and g_rel < 1e-4)]
+             lp_diff < 1e-4 and g_rel < 1e-4),
+            ("shared prompts vs padded", f"{lp_shared_diff:.1e} abs, {g_shared_rel:.1e} rel", "< 1e-4, < 1e-4",
+             lp_shared_diff < 1e-4 and g_shared_rel < 1e-4)]
 
 
 def check_correction(device: str) -> list[tuple[str, str, str, bool]]:

@@ -40,7 +40,7 @@ import torch
 from rlvr.backends import dist as rdist
 from rlvr.backends.logprobs import token_logprobs, token_logprobs_and_entropy
 from rlvr.data.batch import TrainBatch
-from rlvr.data.packing import balanced_bins, pack_layout, packed_input_ids
+from rlvr.data.packing import balanced_bins, pack_units, packed_unit_ids, prefix_lengths, prefix_units, unit_tokens
 from rlvr.models.segment_attention import segment_kwargs, use_segment_attention
 
 if TYPE_CHECKING:  # only torch and transformers at run time (scripts/gpu_check.py runs without pydantic)
@@ -103,11 +103,21 @@ class TrainStrategy(abc.ABC):
         ids = micro["input_ids"].to(self.device)
         if not self.packs:
             return self.spec.forward(model, ids, micro["attention_mask"].to(self.device), start)
-        lengths = micro["attention_mask"].sum(dim=1).tolist()
-        layout = pack_layout(lengths, start)
-        out = self.spec.forward_packed(model, packed_input_ids(ids, lengths), layout.position_ids.to(self.device),
-                                       layout.keep.to(self.device), segment_kwargs(lengths, self.device))
+        lengths, prefixes, units = self._units(micro)
+        layout = pack_units(lengths, prefixes, units, start)
+        out = self.spec.forward_packed(model, packed_unit_ids(ids, lengths, prefixes, units),
+                                       layout.position_ids.to(self.device), layout.keep.to(self.device),
+                                       segment_kwargs(list(layout.unit_lengths), self.device, layout.unit_masks))
         return layout.scatter(out, len(lengths), ids.shape[1] - 1 - start)
+
+    def _units(self, batch: TrainBatch) -> tuple[list[int], list[int], list[list[int]]]:
+        """The rows' lengths, prompt lengths and packed units: rows that share a prompt together
+        (cfg.share_prompt_prefix), every other row alone (rlvr/data/packing.py)."""
+        lengths = batch["attention_mask"].sum(dim=1).tolist()
+        if not self.cfg.share_prompt_prefix:
+            return lengths, lengths, [[b] for b in range(len(lengths))]
+        prefixes = prefix_lengths(batch["loss_mask"], lengths) if "loss_mask" in batch.tensors else lengths
+        return lengths, prefixes, prefix_units(batch["input_ids"], lengths, prefixes)
 
     @abc.abstractmethod
     def _forward(self, micro: TrainBatch, *, train: bool, autocast: bool = True, start: int = 0) -> torch.Tensor:
@@ -222,9 +232,11 @@ class TrainStrategy(abc.ABC):
         n, w = len(batch), self.world_size
         rows = torch.arange(self.rank, n, w)
         lengths = batch["attention_mask"][rows].sum(dim=1)
-        if self.packs:
-            bins = [torch.tensor(b, dtype=torch.long)
-                    for b in balanced_bins(lengths.tolist(), self.cfg.max_tokens_per_micro_batch)]
+        if self.packs:  # a unit of rows that share a prompt stays in one micro-batch: it is packed as one
+            lengths, prefixes, units = self._units(batch.select(rows))
+            costs = [unit_tokens(u, lengths, prefixes) for u in units]
+            bins = [torch.tensor(sorted(b for u in group for b in units[u]), dtype=torch.long)
+                    for group in balanced_bins(costs, self.cfg.max_tokens_per_micro_batch)]
             n_micro = len(bins)
             if w > 1:  # the most any rank has
                 count = torch.tensor([n_micro], device=self.device)

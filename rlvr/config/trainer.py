@@ -65,10 +65,15 @@ class TrainerConfig(Strict):
     # Packed micro-batches: rows laid end to end with per-row position ids (no pad tokens), at most this many tokens
     # per forward/backward, bins of similar totals (micro_batch_size then unused). Also the reference's and the
     # old-logprob forwards (actor_train's). The loss still averages over the whole mini-batch's tokens. Each row
-    # attends to itself alone (rlvr/models/segment_attention.py: one SDPA call per row on CPU, flash attention's
-    # varlen kernel on CUDA in bf16), not through an L x L mask over the stream (bench/precision_packing.py, fp32 on
-    # a 2-core EPYC: 1.18x the padded step's tokens/s, the old dense mask 1.07x).
+    # (or unit of rows that share a prompt, below) attends to itself alone (rlvr/models/segment_attention.py: one
+    # SDPA call per row or unit on CPU, flash attention's varlen kernel on CUDA in bf16 for rows alone), not through
+    # an L x L mask over the stream (bench/precision_packing.py, fp32 on a 2-core EPYC: 1.18x the padded step's
+    # tokens/s, the old dense mask 1.07x).
     max_tokens_per_micro_batch: int | None = Field(None, ge=16)
+    # With packing: rows whose tokens before their first loss target are the same (a group's samples of one prompt)
+    # are packed as one unit, the prompt once and each response attending to it and to itself (a tree mask), so a
+    # group of G computes its prompt once, not G times; outputs equal the per-row packing's within float rounding.
+    share_prompt_prefix: bool = True
     ppo_epochs: int = Field(1, ge=1)  # passes over each batch
     # bf16 compute in forward and backward: over fp32 weights (autocast), or with bf16 weights (bf16_weights).
     # auto: true where this host computes bf16 natively (a GPU, AMX-BF16, AMD AVX512-BF16), else false (fp32;

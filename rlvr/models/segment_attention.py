@@ -14,6 +14,10 @@ them to every attention layer as transformers does for flash attention's varlen 
   model's step is launch-bound on an H100; one 16k-token stream took 0.218 s);
 - elsewhere: one causal SDPA call per row, sum of length^2 work and no mask.
 
+A unit of rows that share a prompt (rlvr/data/packing.py, `pack_units`) comes with a tree mask of its own
+(`rlvr_unit_masks`): one SDPA call over the unit with that [n, n] mask, on every device (flash attention's varlen
+kernel has no such mask).
+
 Without segment lengths (padded rows) it is transformers' SDPA path unchanged, mask included, so a model loaded
 with it computes padded batches exactly as before; except that bf16 attention on CPU is computed in fp32 and rounded
 back (torch's CPU SDPA backward is 2x slower in bf16), which made one bf16 update of 32 rows ~12% faster (6.8-7.8 s
@@ -30,11 +34,16 @@ import torch
 NAME = "rlvr_segments"
 
 
-def segment_kwargs(lengths: list[int], device: torch.device | str) -> dict:
-    """The forward kwargs that tell every attention layer where the packed rows start and end."""
+def segment_kwargs(lengths: list[int], device: torch.device | str,
+                   masks: tuple[torch.Tensor | None, ...] = ()) -> dict:
+    """The forward kwargs that tell every attention layer where the packed units start and end, and (`masks`, one
+    per unit, None for a row alone) the tree masks of units whose rows share a prompt."""
     cu = torch.tensor([0, *lengths]).cumsum(0).to(dtype=torch.int32, device=device)
     longest = max(lengths)
-    return dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
+    kwargs = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
+    if any(m is not None for m in masks):
+        kwargs["rlvr_unit_masks"] = tuple(None if m is None else m.to(device) for m in masks)
+    return kwargs
 
 
 def _expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -60,13 +69,14 @@ def _varlen(query, key, value, cu, longest, scaling):
                        **_varlen_causal())[None]
 
 
-def _per_segment(query, key, value, cu, scaling):
+def _per_segment(query, key, value, cu, scaling, masks=None):
     heads = query.shape[1]
     key, value = _expand_kv(key, heads), _expand_kv(value, heads)
     bounds = cu.tolist()
+    masks = masks or [None] * (len(bounds) - 1)
     outs = [torch.nn.functional.scaled_dot_product_attention(
-        query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True, scale=scaling)
-        for a, b in zip(bounds[:-1], bounds[1:])]
+        query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], attn_mask=mask, is_causal=mask is None, scale=scaling)
+        for a, b, mask in zip(bounds[:-1], bounds[1:], masks)]
     return torch.cat(outs, dim=2).transpose(1, 2)  # [1, T, H, D]
 
 
@@ -90,9 +100,10 @@ def segment_attention(module, query, key, value, attention_mask, dropout: float 
                                       **kwargs)
     if query.shape[0] != 1:
         raise ValueError(f"{NAME}: packed rows come as one stream (batch 1), got batch {query.shape[0]}")
-    if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
+    masks = kwargs.get("rlvr_unit_masks")
+    if masks is None and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
         return _varlen(query, key, value, cu, kwargs["max_length_q"], scaling), None
-    return _per_segment(query, key, value, cu, scaling), None
+    return _per_segment(query, key, value, cu, scaling, masks), None
 
 
 def _mask(*args, attention_mask=None, **kwargs):

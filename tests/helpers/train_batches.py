@@ -40,6 +40,32 @@ def make_train_batch(n: int, width: int, seed: int = 1, advantages: list[float] 
                        "advantages": per_row * loss_mask})
 
 
+def make_group_batch(groups: int, group_size: int, width: int, seed: int = 2) -> TrainBatch:
+    """GRPO-shaped rows: `groups` prompts of 3-5 tokens, each repeated in `group_size` consecutive rows with
+    responses of different lengths (rows up to `width` tokens), one advantage per row; the second group's first
+    row's reward failed (loss_mask all 0, so it shares nothing), and the last row repeats the first group's prompt
+    tokens with one token more (a different prompt: it must not share)."""
+    g = torch.Generator().manual_seed(seed)
+    n = groups * group_size + 1
+    input_ids = torch.zeros((n, width), dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    loss_mask = torch.zeros((n, width - 1))
+    prompts = [torch.randint(3, 64, (int(torch.randint(3, 6, (1,), generator=g)),), generator=g)
+               for _ in range(groups)]
+    first = prompts[0]
+    prompts = [prompts[b // group_size] for b in range(n - 1)] + [torch.cat([first, first[:1]])]
+    for b, prompt in enumerate(prompts):
+        length = int(torch.randint(len(prompt) + 2, width + 1, (1,), generator=g))
+        input_ids[b, : len(prompt)] = prompt
+        input_ids[b, len(prompt) : length] = torch.randint(3, 64, (length - len(prompt),), generator=g)
+        attention_mask[b, :length] = 1
+        if b != group_size:
+            loss_mask[b, len(prompt) - 1 : length - 1] = 1.0
+    per_row = torch.randn(n, 1, generator=g)
+    return TrainBatch({"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
+                       "advantages": per_row * loss_mask})
+
+
 def make_critic_batch(n: int, width: int, seed: int = 1) -> TrainBatch:
     """make_train_batch's rows with what the critic trains on: old values (small) and returns (+-1) at the loss
     positions."""
