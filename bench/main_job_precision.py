@@ -6,13 +6,16 @@ process of its own, alternating (fp32, bf16, ..., fp32, bf16, ...) so that the m
 The configurations, on top of configs/math_code_mix.yaml as shipped (the overrides are added to every one):
 
   fp32   actor_train.bf16_autocast=false generation.dtype=float32 algorithm.rollout_correction.is_level=null
-         (the configuration shipped before bf16: no correction, so no old-logprob forward)
+         actor_train.max_tokens_per_micro_batch=null (the configuration shipped before bf16: no correction, so no
+         old-logprob forward; padded micro-batches of 8 rows)
   bf16   actor_train.bf16_autocast=true actor_train.bf16_weights=true generation.dtype=bfloat16
          algorithm.rollout_correction.is_level=token (as shipped since 2026-11-26)
   bf16-torch     bf16 with the one-process torch strategy instead of DeepSpeed ZeRO-2
   bf16-compiled  bf16 with vLLM compiled (generation.vllm.enforce_eager=false) instead of eager
   shipped        configs/math_code_mix.yaml unchanged (precision `auto`: the host's)
-  shipped-packed shipped with packed micro-batches of 1,024 tokens (`--base shipped` compares the two)
+  shipped-padded shipped with padded micro-batches of 8 rows instead of packed ones (`--base shipped` compares)
+  shipped-per-row shipped, packed, but each row alone: a group's prompt computed once per sample
+                 (actor_train.share_prompt_prefix=false)
   shipped-hf-judge  shipped with the local judge on rlvr's transformers server instead of vLLM's
 
 Printed per run: the command's wall-clock seconds (start-up, validations and saving included: what a user waits
@@ -37,12 +40,13 @@ BF16 = ["actor_train.bf16_autocast=true", "actor_train.bf16_weights=true", "gene
         "algorithm.rollout_correction.is_level=token"]
 VARIANTS = {
     "fp32": ["actor_train.bf16_autocast=false", "generation.dtype=float32",
-             "algorithm.rollout_correction.is_level=null"],
+             "algorithm.rollout_correction.is_level=null", "actor_train.max_tokens_per_micro_batch=null"],
     "bf16": BF16,
     "bf16-torch": [*BF16, "actor_train.strategy=torch"],
     "bf16-compiled": [*BF16, "generation.vllm.enforce_eager=false"],
     "shipped": [],  # the config as shipped: precision `auto` (the host's), rollout correction on
-    "shipped-packed": ["actor_train.max_tokens_per_micro_batch=1024"],  # ~8 rows' real tokens a micro-batch
+    "shipped-padded": ["actor_train.max_tokens_per_micro_batch=null"],
+    "shipped-per-row": ["actor_train.share_prompt_prefix=false"],
     # the judge on rlvr's transformers server (ready in 5 s on the AMX Xeon) instead of vLLM's (26-46 s there)
     "shipped-hf-judge": ["judge_server.prefer_vllm=false"],
 }
