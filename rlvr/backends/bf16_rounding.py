@@ -32,15 +32,34 @@ def dither_thresholds(shape: torch.Size, generator: torch.Generator) -> torch.Te
     return torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
 
 
+CHUNK = 1 << 20  # elements rounded at a time: the int32 scratch (4 MiB) stays in cache
+
+
 def dithered_bf16(master: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
     """The bf16 copy of an fp32 `master` under its `thresholds` (dither_thresholds): exact for values on the bf16
     grid, otherwise the lower or upper neighbour (in magnitude), the upper one for a fraction of the weights equal
     to the distance covered."""
-    bits = master.detach().float().contiguous().view(torch.int32)
-    # the 8 threshold bits at the top of the 16 dropped ones, centred in their 1/256 (+128)
-    offset = (thresholds.to(torch.int32) << 8) + 128
-    kept = (bits + offset) & ~LOW_BITS
-    return kept.view(torch.float32).to(torch.bfloat16)  # exact: the low 16 bits are 0
+    out = torch.empty(master.shape, dtype=torch.bfloat16, device=master.device)
+    return dithered_bf16_into(out, master, thresholds)
 
 
-__all__ = ["dither_thresholds", "dithered_bf16"]
+def dithered_bf16_into(out: torch.Tensor, master: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
+    """`dithered_bf16(master, thresholds)` written into the bf16 tensor `out`, in chunks of CHUNK elements with one
+    scratch buffer: a whole-tensor expression made five int32 temporaries of the master's size, 0.9 s a step for
+    the default model's 135M weights on a 2-core EPYC against 0.04 s in chunks (the same bits)."""
+    bits = master.detach().float().contiguous().view(-1).view(torch.int32)
+    flat_thresholds = thresholds.reshape(-1)
+    target = out.view(-1) if out.is_contiguous() else torch.empty(out.numel(), dtype=out.dtype, device=out.device)
+    scratch = torch.empty(min(CHUNK, bits.numel()), dtype=torch.int32, device=bits.device)
+    for start in range(0, bits.numel(), CHUNK):
+        end = min(start + CHUNK, bits.numel())
+        kept = scratch[: end - start].copy_(flat_thresholds[start:end])
+        # the 8 threshold bits at the top of the 16 dropped ones, centred in their 1/256 (+128), then truncation
+        kept.mul_(256).add_(128).add_(bits[start:end]).bitwise_and_(~LOW_BITS)
+        target[start:end].copy_(kept.view(torch.float32))  # exact: the low 16 bits are 0
+    if target.data_ptr() != out.data_ptr():
+        out.copy_(target.view(out.shape))
+    return out
+
+
+__all__ = ["dither_thresholds", "dithered_bf16", "dithered_bf16_into"]

@@ -30,8 +30,9 @@ from pathlib import Path
 import torch
 
 from rlvr.backends import dist as rdist
-from rlvr.backends.bf16_rounding import dither_thresholds, dithered_bf16
-from rlvr.backends.train_strategy import CAUSAL_LM, ModelSpec, TrainStrategy, lr_lambda, rng_states, set_rng_states
+from rlvr.backends.bf16_rounding import dither_thresholds, dithered_bf16_into
+from rlvr.backends.train_strategy import (CAUSAL_LM, ModelSpec, TrainStrategy, adamw, lr_lambda, rng_states,
+                                          set_rng_states)
 from rlvr.config.trainer import TrainerConfig
 from rlvr.data.batch import TrainBatch
 
@@ -71,7 +72,7 @@ class DeepSpeedStrategy(TrainStrategy):
             # A torch AdamW (the same update as TorchStrategy's, on any device); ZeRO wraps it and hands it the
             # fp32 partitions of the parameters (under LoRA, of the adapters only).
             trained = [p for p in model.parameters() if p.requires_grad]
-            self.optimizer = torch.optim.AdamW(trained, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+            self.optimizer = adamw(trained, cfg)
             self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.optimizer,
                                                         config=self.ds_config)
             # The schedule is stepped once per train_step call (not per optimizer step), so DeepSpeed does not
@@ -178,7 +179,7 @@ class DeepSpeedStrategy(TrainStrategy):
         if self.zero_stage == 3:  # as its step does: release gathered copies, so that the gather below refreshes them
             optimizer._partition_all_parameters()
         for (master, low), thresholds in zip(self._partitions(), self.thresholds):
-            low.copy_(dithered_bf16(master, thresholds))
+            dithered_bf16_into(low, master, thresholds)
         if self.zero_stage == 3:
             if optimizer.persistent_parameters:
                 optimizer.persistent_parameters[0].all_gather(optimizer.persistent_parameters)

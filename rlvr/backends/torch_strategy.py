@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rlvr.backends.bf16_rounding import dither_thresholds, dithered_bf16
-from rlvr.backends.train_strategy import (CAUSAL_LM, LossFn, ModelSpec, TrainStrategy, lr_lambda, rng_states,
+from rlvr.backends.bf16_rounding import dither_thresholds, dithered_bf16_into
+from rlvr.backends.train_strategy import (CAUSAL_LM, LossFn, ModelSpec, TrainStrategy, adamw, lr_lambda, rng_states,
                                           set_rng_states)
 from rlvr.data.batch import TrainBatch
 
@@ -66,8 +66,7 @@ class TorchStrategy(TrainStrategy):
             kwargs = {"use_reentrant": False} if self.lora is not None else None
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.model.config.use_cache = False
-        self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.lr, betas=cfg.betas,
-                                           weight_decay=cfg.weight_decay)
+        self.optimizer = adamw(self._trained_parameters(), cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(cfg.lr_schedule, cfg.warmup_steps, total_steps))
 
@@ -119,7 +118,7 @@ class TorchStrategy(TrainStrategy):
         with torch.no_grad():
             for name, master in self.masters.items():
                 if name in self.thresholds:
-                    module[name].copy_(dithered_bf16(master, self.thresholds[name]))
+                    dithered_bf16_into(module[name], master, self.thresholds[name])
                 else:
                     module[name].copy_(master)  # round to nearest bf16
 

@@ -233,8 +233,8 @@ class TrainStrategy(abc.ABC):
         rows = torch.arange(self.rank, n, w)
         lengths = batch["attention_mask"][rows].sum(dim=1)
         if self.packs:  # a unit of rows that share a prompt stays in one micro-batch: it is packed as one
-            lengths, prefixes, units = self._units(batch.select(rows))
-            costs = [unit_tokens(u, lengths, prefixes) for u in units]
+            row_lengths, prefixes, units = self._units(batch.select(rows))
+            costs = [unit_tokens(u, row_lengths, prefixes) for u in units]
             bins = [torch.tensor(sorted(b for u in group for b in units[u]), dtype=torch.long)
                     for group in balanced_bins(costs, self.cfg.max_tokens_per_micro_batch)]
             n_micro = len(bins)
@@ -439,6 +439,16 @@ CAUSAL_LM = ModelSpec(load=load_causal_lm, forward=causal_lm_logits, export=expo
                       forward_packed=causal_lm_packed_logits)
 
 
+def adamw(params: list[torch.nn.Parameter], cfg: TrainerConfig) -> torch.optim.AdamW:
+    """The strategies' AdamW, fused (one multi-threaded kernel over each tensor) where torch has the fused kernel
+    for the parameters' device: for the default model's 135M fp32 masters on a 2-core EPYC 0.06 s a step against
+    0.44 s for torch's default per-tensor loop on CPU, the same update within fp32 rounding
+    (bench/optimizer_step.py)."""
+    fused = bool(params) and all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in params)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+                             fused=fused or None)
+
+
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
     """Linear warmup, then constant or cosine decay to 0 at total_steps."""
 
@@ -472,5 +482,5 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-__all__ = ["CAUSAL_LM", "LossFn", "MicroLossFn", "ModelSpec", "TrainStrategy", "causal_lm_logits", "lr_lambda",
-           "rng_states", "set_rng_states", "to_device"]
+__all__ = ["CAUSAL_LM", "LossFn", "MicroLossFn", "ModelSpec", "TrainStrategy", "adamw", "causal_lm_logits",
+           "lr_lambda", "rng_states", "set_rng_states", "to_device"]
