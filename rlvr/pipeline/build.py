@@ -47,6 +47,21 @@ def new_run_dir(cfg: Config) -> Path:
     return run_dir
 
 
+def worker_pythonpath(environ: dict[str, str] | None = None) -> str:
+    """PYTHONPATH for Ray's workers: the directory this rlvr package was imported from first, then the driver's own
+    PYTHONPATH. Ray adds the driver's directory to a worker's path only after the worker's set-up hook (the CLI's
+    console, rlvr.telemetry.console) has imported rlvr the way the virtual environment says, and an editable
+    install points at one checkout: a driver started from a second checkout or a git worktree on the same
+    environment ran its own code and every worker the other checkout's (tests/integration/
+    test_workers_run_the_drivers_rlvr.py)."""
+    import rlvr
+
+    environ = os.environ if environ is None else environ
+    here = str(Path(rlvr.__file__).resolve().parents[1])
+    rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != here]
+    return os.pathsep.join([here, *rest])
+
+
 def start_ray(cfg: Config) -> bool:
     """Joins RAY_ADDRESS / ray.address when given, else starts an embedded cluster. Returns True if we started it."""
     if ray.is_initialized():
@@ -55,7 +70,8 @@ def start_ray(cfg: Config) -> bool:
     # (/tmp/ray/ray_current_cluster), e.g. another program's, and then rejects num_cpus.
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS") or "local"
     # Workers load models quietly: one "Loading weights" bar per actor per start drowns the run's own output.
-    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "PYTHONPATH": worker_pythonpath()}  # the workers run the driver's rlvr
     runtime_env: dict = {"env_vars": env}
     run_console = console.active()
     if run_console is not None:  # the CLI's console: worker records in a format it can sort (rlvr/telemetry/console.py)
