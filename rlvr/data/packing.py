@@ -102,11 +102,14 @@ def prefix_units(input_ids: torch.Tensor, lengths: list[int], prefixes: list[int
     return list(units.values())
 
 
+def unit_prompt(unit: list[int], lengths: list[int], prefixes: list[int]) -> int:
+    """The tokens a unit lays down once: its rows' shared prompt, or a row alone whole."""
+    return prefixes[unit[0]] if len(unit) > 1 else lengths[unit[0]]
+
+
 def unit_tokens(unit: list[int], lengths: list[int], prefixes: list[int]) -> int:
     """A unit's stream length: its prompt once and every row's response (a row alone: the row)."""
-    if len(unit) == 1:
-        return lengths[unit[0]]
-    p = prefixes[unit[0]]
+    p = unit_prompt(unit, lengths, prefixes)
     return p + sum(lengths[b] - p for b in unit)
 
 
@@ -123,7 +126,7 @@ def pack_units(lengths: list[int], prefixes: list[int], units: list[list[int]], 
     Target columns start .. l_b - 2 of each row are kept, as in pack_layout."""
     position_ids, keep, rows, cols, unit_lengths, masks, offset = [], [], [], [], [], [], 0
     for unit in units:
-        p = prefixes[unit[0]] if len(unit) > 1 else lengths[unit[0]]
+        p = unit_prompt(unit, lengths, prefixes)
         prompt_at, segments = offset, [0] * p
         position_ids.extend(range(p))
         offset += p
@@ -148,7 +151,7 @@ def packed_unit_ids(input_ids: torch.Tensor, lengths: list[int], prefixes: list[
     """[1, L]: the token stream of pack_units' layout."""
     pieces = []
     for unit in units:
-        p = prefixes[unit[0]] if len(unit) > 1 else lengths[unit[0]]
+        p = unit_prompt(unit, lengths, prefixes)
         pieces.append(input_ids[unit[0], :p])
         pieces.extend(input_ids[b, p : lengths[b]] for b in unit)
     return torch.cat(pieces)[None]

@@ -55,6 +55,13 @@ def make_strategy(model_dir: str, packed: bool, micro: int = 4, spec=None, criti
     return TorchStrategy(model_dir, cfg, total_steps=4, seed=0, **kwargs)
 
 
+def step_grads(s: TorchStrategy, batch, settings: ObjectiveSettings) -> tuple[torch.Tensor, dict]:
+    """One policy step of `s` over `batch`: the flat gradient and the step's metrics."""
+    metrics = s.train_step(batch, lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings, nt, ns),
+                           need_entropy_grad=True)
+    return torch.cat([p.grad.flatten() for p in s.model.parameters()]), metrics
+
+
 def test_packed_logprobs_equal_the_padded(tiny_llama):
     batch = make_train_batch(6, 16)
     padded = make_strategy(tiny_llama, False).forward_logprobs(batch, 0.9, loss_positions_only=True)
@@ -84,16 +91,11 @@ def test_a_packed_step_equals_the_padded_one(tiny_llama, agg):
     batch = make_train_batch(6, 16, advantages=[1.0, -0.5, -1.2, 0.7, 0.3, -0.9])
     settings = ObjectiveSettings(loss_agg_mode=agg, entropy_coef=0.01, max_response_len=16)
 
-    def step(s: TorchStrategy):
-        metrics = s.train_step(batch, lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings,
-                                                                                 nt, ns), need_entropy_grad=True)
-        return torch.cat([p.grad.flatten() for p in s.model.parameters()]), metrics
-
-    g_pad, m_pad = step(make_strategy(tiny_llama, False, micro=6))
+    g_pad, m_pad = step_grads(make_strategy(tiny_llama, False, micro=6), batch, settings)
     packed = make_strategy(tiny_llama, True)
     sizes = {int(m["loss_mask"].sum()) for m, _ in packed._shard(batch)}
     assert len(sizes) > 1  # uneven micro-batches: the test can tell per-micro from global normalisation
-    g_pack, m_pack = step(packed)
+    g_pack, m_pack = step_grads(packed, batch, settings)
     rel = float((g_pack - g_pad).norm() / g_pad.norm())
     assert rel < 1e-5, rel
     for key in ("loss", "pg_loss", "entropy"):
@@ -173,13 +175,8 @@ def test_a_shared_prompt_step_equals_the_padded_one(tiny_llama, agg):
     batch = make_group_batch(3, 4, 16)
     settings = ObjectiveSettings(loss_agg_mode=agg, entropy_coef=0.01, max_response_len=16)
 
-    def step(s: TorchStrategy):
-        metrics = s.train_step(batch, lambda lp, ent, mb, nt, ns: actor_objective(lp, ent, mb.tensors, settings,
-                                                                                 nt, ns), need_entropy_grad=True)
-        return torch.cat([p.grad.flatten() for p in s.model.parameters()]), metrics
-
-    g_pad, m_pad = step(make_strategy(tiny_llama, False, micro=13))
-    g_shared, m_shared = step(make_strategy(tiny_llama, True))
+    g_pad, m_pad = step_grads(make_strategy(tiny_llama, False, micro=13), batch, settings)
+    g_shared, m_shared = step_grads(make_strategy(tiny_llama, True), batch, settings)
     rel = float((g_shared - g_pad).norm() / g_pad.norm())
     assert rel < 1e-5, rel
     for key in ("loss", "pg_loss", "entropy"):
