@@ -142,12 +142,19 @@ def run_trl(args, out: Path, name: str) -> None:
     rows = [json.loads(line) for line in (REPO / cfg.data.train_files[0]).read_text().splitlines()]
     data = Dataset.from_list([{"prompt": r["messages"], "ground_truth": r["ground_truth"]} for r in rows])
 
+    failed = []
+
     def math_rule(completions, ground_truth, **_):
+        # evaluate(), as rlvr's scheduler calls it: a verifier that raises (math-verify's ZeroDivisionError on an
+        # answer such as 1/0 stopped TRL's seed 3 when this called score()) is a failed sample, not a crash. TRL
+        # has no mask: None is its documented "no reward for this sample" (NaN, summed as 0); rlvr masks it.
         async def scores():
-            return await asyncio.gather(*(reward.score(SimpleNamespace(
+            return await asyncio.gather(*(reward.evaluate(SimpleNamespace(
                 response_text=c[-1]["content"] if isinstance(c, list) else c,
                 prompt=SimpleNamespace(ground_truth=gt))) for c, gt in zip(completions, ground_truth)))
-        return [r.reward for r in asyncio.run(scores())]
+        results = asyncio.run(scores())
+        failed.extend(r.info for r in results if r.status != "ok")
+        return [r.reward if r.status == "ok" else None for r in results]
 
     trainer = None
 
@@ -176,6 +183,9 @@ def run_trl(args, out: Path, name: str) -> None:
         trainer.train()
     finally:
         reward.close()
+        if failed:  # counted, never silently lost
+            print(f"{name}: {len(failed)} completions without a reward (failed verification); first: {failed[0]}",
+                  flush=True)
 
 
 # ------------------------------------------------------------------------------------------------- evaluation
