@@ -145,8 +145,8 @@ def run_trl(args, out: Path, name: str) -> None:
     failed = []
 
     def math_rule(completions, ground_truth, **_):
-        # evaluate(), as rlvr's scheduler calls it: a verifier that raises (math-verify's ZeroDivisionError on an
-        # answer such as 1/0 stopped TRL's seed 3 when this called score()) is a failed sample, not a crash. TRL
+        # evaluate(), as rlvr's scheduler calls it: a verifier that raises (a ZeroDivisionError inside math-verify on
+        # one completion stopped TRL's seed 3 when this called score()) is a failed sample, not a crash. TRL
         # has no mask: None is its documented "no reward for this sample" (NaN, summed as 0); rlvr masks it.
         async def scores():
             return await asyncio.gather(*(reward.evaluate(SimpleNamespace(
