@@ -1,6 +1,7 @@
 """How usable is the local judge's verdict? The real judge server and LLMJudgeRewardWorker over the judge rows.
 
     .venv/bin/python bench/judge_verdicts.py [--modes yes_no,yes_no_logprobs] [--rows 40] [--threads 1]
+    .venv/bin/python bench/judge_verdicts.py --vllm --dtypes float32 bfloat16 --modes yes_no_logprobs
 
 Starts the embedded judge server (the transformers one unless --vllm, on the default model unless --model),
 then scores every row of data/mix/judge_{train,val}.jsonl with two kinds of responses:
@@ -13,6 +14,10 @@ wrong responses among the valid verdicts, the overall accuracy of the valid verd
 an invalid verdict counted as a miss (what training sees: an invalid sample gets no gradient). Each mode is a
 worker configuration (see MODES); the worker's defaults are used for anything a mode leaves out, so
 "yes_no_logprobs" measures the template the worker ships for that mode.
+
+--dtypes starts one server per dtype (vLLM's `--dtype`, or the transformers server's), scores the same samples
+on each, and prints for every mode how often each dtype's verdict (and status) agrees with the first dtype's,
+with the largest and median change of p_yes (yes_no_logprobs): whether a cheaper judge changes the rewards.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -100,6 +106,24 @@ def summarize(name: str, labelled: list[tuple[Sample, bool]], results, seconds: 
     }
 
 
+def print_agreement(verdicts: dict[str, dict[str, list]], modes: list[str]) -> None:
+    """Per mode and dtype: the share of samples whose (status, correct) equals the first dtype's, and how far
+    p_yes moved where both have one."""
+    first, *others = verdicts
+    print(f"\n| mode | dtype | same verdict as {first} | same status | p_yes change, median / max |")
+    print("|---|---|---|---|---|")
+    for name in modes:
+        base = verdicts[first][name]
+        for dtype in others:
+            results = verdicts[dtype][name]
+            same = sum((a.status, bool(a.correct)) == (b.status, bool(b.correct)) for a, b in zip(base, results))
+            status = sum(a.status == b.status for a, b in zip(base, results))
+            moves = [abs(a.parts["p_yes"] - b.parts["p_yes"]) for a, b in zip(base, results)
+                     if "p_yes" in a.parts and "p_yes" in b.parts]
+            move = f"{statistics.median(moves):.4f} / {max(moves):.4f}" if moves else "-"
+            print(f"| {name} | {dtype} | {same}/{len(base)} ({same / len(base):.1%}) | {status}/{len(base)} | {move} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {list(MODES)}")
@@ -107,6 +131,8 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="judge model directory (default: the embedded default)")
     parser.add_argument("--threads", type=int, default=1, help="the transformers server's torch threads")
     parser.add_argument("--vllm", action="store_true", help="prefer vLLM's server when installed")
+    parser.add_argument("--dtypes", nargs="+", default=None,
+                        help="one server per dtype (e.g. float32 bfloat16); agreement with the first is printed")
     parser.add_argument("--json", default=None, help="also write the table as JSON here")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -123,24 +149,33 @@ def main() -> int:
     print(f"{len(samples)} samples ({sum(label for _, label in labelled)} correct responses) from "
           f"{args.rows} rows; starting the judge server on {model}", flush=True)
     rows = []
-    with start_judge_server(model, prefer_vllm=args.vllm, startup_timeout_s=600,
-                            server_args=["--threads", str(args.threads)]) as handle:
-        print(f"judge server: {handle.backend} at {handle.url}", flush=True)
-        for name in modes:
-            worker = LLMJudgeRewardWorker("judge", RewardLimits(max_concurrency=16, timeout_s=600, max_retries=0),
-                                          base_url=handle.url, request_timeout_s=600, **MODES[name])
-            started = time.perf_counter()
-            results = asyncio.run(score_all(worker, samples))
-            rows.append(summarize(name, labelled, results, time.perf_counter() - started))
-            row = rows[-1]
-            print(f"  {name}: invalid {row['invalid']:.1%}, {row['seconds']:.0f}s; e.g. {row['example_info']}",
+    verdicts: dict[str, dict[str, list]] = {}  # dtype -> mode -> results
+    for dtype in args.dtypes or [None]:
+        dtype_args = [] if dtype is None else ["--dtype", dtype]
+        with start_judge_server(model, prefer_vllm=args.vllm, startup_timeout_s=600, vllm_args=dtype_args,
+                                server_args=["--threads", str(args.threads), *dtype_args]) as handle:
+            print(f"judge server: {handle.backend} at {handle.url}" + (f", dtype {dtype}" if dtype else ""),
                   flush=True)
+            for name in modes:
+                worker = LLMJudgeRewardWorker("judge", RewardLimits(max_concurrency=16, timeout_s=600,
+                                                                    max_retries=0),
+                                              base_url=handle.url, request_timeout_s=600, **MODES[name])
+                started = time.perf_counter()
+                results = asyncio.run(score_all(worker, samples))
+                label = name if dtype is None else f"{name} ({dtype})"
+                rows.append(summarize(label, labelled, results, time.perf_counter() - started))
+                verdicts.setdefault(str(dtype), {})[name] = results
+                row = rows[-1]
+                print(f"  {label}: invalid {row['invalid']:.1%}, {row['seconds']:.0f}s; e.g. {row['example_info']}",
+                      flush=True)
     print()
     print(f"| mode | samples | invalid | acc. on correct | acc. on wrong | acc. (valid) | acc. (invalid = miss) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {r['n']} | {r['invalid']:.1%} | {r['acc_correct']:.1%} | {r['acc_wrong']:.1%} "
               f"| {r['acc_valid']:.1%} | {r['acc_all']:.1%} |")
+    if len(verdicts) > 1:
+        print_agreement(verdicts, modes)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -49,6 +49,8 @@ VARIANTS = {
     "shipped-per-row": ["actor_train.share_prompt_prefix=false"],
     # the judge on rlvr's transformers server (ready in 5 s on the AMX Xeon) instead of vLLM's (26-46 s there)
     "shipped-hf-judge": ["judge_server.prefer_vllm=false"],
+    # the judge server in bf16 (its default on CPU is float32), sharing the cores with generation
+    "shipped-judge-bf16": ["judge_server.dtype=bfloat16"],
 }
 
 

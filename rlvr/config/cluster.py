@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.base import Strict, _keyed
+from rlvr.config.precision import auto_bf16
 
 
 class RayConfig(Strict):
@@ -71,11 +72,31 @@ class JudgeServerConfig(Strict):
     # starts in about a minute against ~15 s, then answers concurrent requests faster (continuous batching).
     prefer_vllm: bool = True
     threads: int | None = None  # CPU threads of the server, either backend (None: its default)
+    # The judge's weights and compute, either backend. None: the backend's default (CPU: float32, so that both
+    # give the same verdicts; GPU: the checkpoint's bfloat16). auto: bfloat16 where this host computes it
+    # natively, else float32 (as generation.dtype). A bf16 judge changes some verdicts: on the 40 shipped judge
+    # rows, 141 of 160 yes_no_logprobs verdicts as in float32, accuracy 56.9% against 53.8% (docs/precision.md).
+    dtype: Literal["auto", "float32", "bfloat16"] | None = None
     vllm_args: list[str] = []  # extra flags of vLLM's server, e.g. ["--max-model-len", "8192"] (override defaults)
     startup_timeout_s: float = Field(600.0, gt=0)
     # Address to bind. Loopback: reward workers on this node only; "0.0.0.0" (or a private address) for reward
     # workers on other nodes, which get this node's address in the URL. No authentication: private networks only.
     host: str = "127.0.0.1"
+
+    @field_validator("dtype")
+    @classmethod
+    def _resolve_auto(cls, value: str | None) -> str | None:
+        if value != "auto":
+            return value
+        # The server computes on a GPU when the driver's node has one, which host_precision() counts as native.
+        return "bfloat16" if auto_bf16(None) else "float32"
+
+    def backend_args(self) -> tuple[list[str], list[str]]:
+        """(vLLM server flags, transformers server flags) that this section asks for; vllm_args come last in
+        the vLLM flags, so that they win."""
+        dtype = ["--dtype", self.dtype] if self.dtype else []
+        threads = ["--threads", str(self.threads)] if self.threads else []
+        return [*dtype, *self.vllm_args], [*threads, *dtype]
 
 
 class SandboxServerConfig(Strict):

@@ -31,7 +31,8 @@ from pathlib import Path
 
 NATIVE_BF16_CPU_FLAGS = ("amx_bf16",)  # avx512_bf16 alone measured slower than fp32 on Intel (the docstring)
 AMD_VENDOR = "AuthenticAMD"  # ... and 3.18x faster than fp32 on AMD
-AUTO_KEYS = ("generation.dtype", "actor_train.bf16_autocast", "critic.bf16_autocast")  # the keys that take `auto`
+AUTO_KEYS = ("generation.dtype", "actor_train.bf16_autocast", "critic.bf16_autocast",  # the keys that take `auto`
+             "judge_server.dtype")
 
 
 def cpuinfo_field(cpuinfo: str, name: str) -> str:

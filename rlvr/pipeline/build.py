@@ -196,10 +196,10 @@ def start_local_judge(cfg: Config, log_dir: Path | None = None
     if not local:
         return None, rewards
     js = cfg.judge_server
-    server_args = ["--threads", str(js.threads)] if js.threads else []
+    vllm_args, server_args = js.backend_args()
     handle = start_judge_server(resolve_model_path(js.model, cfg.model.cache_dir), prefer_vllm=js.prefer_vllm,
                                 startup_timeout_s=js.startup_timeout_s, server_args=server_args,
-                                vllm_args=js.vllm_args, log_dir=log_dir, host=js.host)
+                                vllm_args=vllm_args, log_dir=log_dir, host=js.host)
     handle.url = reachable_url(handle.url, js.host)  # reward workers on other nodes call it here
     log.info("local judge server for %s at %s (%s)", local, handle.url, handle.backend)
     if console.active() is not None:  # its errors on the console as they happen (its output is in log_dir)

@@ -55,6 +55,8 @@ def emulated_bf16_keys(cfg: Config) -> list[str]:
                 ("actor_train.bf16_autocast", cfg.actor_train.bf16_autocast, cfg.actor_train.num_gpus_per_worker)]
     if cfg.algorithm.needs_critic:
         sections.append(("critic.bf16_autocast", cfg.critic.bf16_autocast, cfg.critic.num_gpus_per_worker))
+    if cfg.judge_server.dtype == "bfloat16" and local_judge_domains(cfg):  # the server runs on the driver's host
+        sections.append(("judge_server.dtype", True, None))
     return [key for key, bf16, gpus in sections if bf16 and not precision.auto_bf16(gpus)]
 
 

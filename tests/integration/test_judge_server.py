@@ -125,3 +125,18 @@ def test_start_up_failure_reports_stderr(tmp_path):
         start_judge_server(str(bogus), prefer_vllm=False, startup_timeout_s=120)
     message = str(caught.value)
     assert "exited with code" in message and "cannot load the judge model" in message
+
+
+def test_the_pipeline_starts_the_judge_in_the_dtype_asked_for(tiny_model_dir):
+    from rlvr.config.load import load_config
+    from rlvr.pipeline.build import start_local_judge
+
+    cfg = load_config("configs/math_code_mix.yaml", [f"judge_server.model={tiny_model_dir}",
+                                                     "judge_server.prefer_vllm=false", "judge_server.threads=1",
+                                                     "judge_server.dtype=bfloat16"])
+    handle, rewards = start_local_judge(cfg)
+    try:
+        assert rewards["judge"].args["base_url"] == handle.url and handle.backend == "transformers"
+        assert "(bfloat16, 1 CPU threads)" in (handle.log_dir / "stderr.log").read_text()
+    finally:
+        handle.stop()

@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from rlvr.config import precision
+from rlvr.config.cluster import JudgeServerConfig
 from rlvr.config.generation import GenerationConfig
 from rlvr.config.load import load_config
 from rlvr.config.origin import config_origins
@@ -100,6 +101,9 @@ def test_print_config_says_auto_and_why(host):
     origins = config_origins("configs/math_code_mix.yaml", ["critic.bf16_autocast=auto"], cfg)
     assert origins["generation.dtype"] == "file, auto: this CPU has neither"
     assert origins["critic.bf16_autocast"] == "override critic.bf16_autocast=auto, auto: this CPU has neither"
+    cfg = load_config("configs/math_code_mix.yaml", ["judge_server.dtype=auto"])
+    assert config_origins("configs/math_code_mix.yaml", ["judge_server.dtype=auto"], cfg)[
+        "judge_server.dtype"] == "override judge_server.dtype=auto, auto: this CPU has neither"
     cfg = load_config("configs/math_code_mix.yaml", ["generation.dtype=float32"])
     assert config_origins("configs/math_code_mix.yaml", ["generation.dtype=float32"], cfg)[
         "generation.dtype"] == "override generation.dtype=float32"
@@ -114,5 +118,33 @@ def test_bf16_asked_for_on_a_host_that_emulates_it_is_warned(host, caplog):
     with caplog.at_level(logging.WARNING):
         preflight.preflight(cfg)
     assert "bf16 asked for (generation.dtype, actor_train.bf16_autocast), but this CPU has neither" in caplog.text
+    host(True)
+    assert preflight.emulated_bf16_keys(cfg) == []
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_judge_dtype_follows_the_host_only_when_asked(host, native):
+    host(native)
+    assert JudgeServerConfig(dtype="auto").dtype == ("bfloat16" if native else "float32")
+    assert JudgeServerConfig().dtype is None  # the backend's own default (CPU: float32), as before the key
+    assert load_config("configs/math_code_mix.yaml").judge_server.dtype is None
+
+
+def test_the_judge_dtype_reaches_both_backends_and_vllm_args_win():
+    js = JudgeServerConfig(dtype="bfloat16", threads=1, vllm_args=["--dtype", "float32"])
+    vllm_args, server_args = js.backend_args()
+    assert vllm_args == ["--dtype", "bfloat16", "--dtype", "float32"]  # vLLM's parser keeps the last
+    assert server_args == ["--threads", "1", "--dtype", "bfloat16"]
+    assert JudgeServerConfig().backend_args() == ([], [])
+
+
+def test_a_bf16_judge_on_a_host_that_emulates_it_is_warned(host):
+    from rlvr.pipeline import preflight
+
+    host(False)
+    cfg = load_config("configs/math_code_mix.yaml", ["judge_server.dtype=bfloat16"])
+    assert preflight.emulated_bf16_keys(cfg) == ["judge_server.dtype"]
+    math_only = load_config("configs/math.yaml", ["judge_server.dtype=bfloat16"])
+    assert preflight.emulated_bf16_keys(math_only) == []  # no local judge, nothing to warn of
     host(True)
     assert preflight.emulated_bf16_keys(cfg) == []
