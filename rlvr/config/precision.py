@@ -62,7 +62,7 @@ def cpu_precision(flags: set[str], vendor: str = "") -> tuple[bool, str]:
         if vendor == AMD_VENDOR:
             return True, "this AMD CPU has avx512_bf16"
         return False, "this CPU has avx512_bf16 but not amx_bf16 (bf16 measured slower than fp32 there)"
-    return False, "this CPU has no amx_bf16"
+    return False, "this CPU has neither amx_bf16 nor avx512_bf16"
 
 
 @functools.cache

@@ -46,7 +46,8 @@ def test_the_reason_names_what_decided():
     native, why = precision.cpu_precision({"avx512f", "avx512_bf16"})
     assert not native and "avx512_bf16 but not amx_bf16" in why
     assert precision.cpu_precision({"avx512_bf16"}, "AuthenticAMD") == (True, "this AMD CPU has avx512_bf16")
-    assert precision.cpu_precision(precision.cpu_flags(EPYC_AVX2)) == (False, "this CPU has no amx_bf16")
+    assert precision.cpu_precision(precision.cpu_flags(EPYC_AVX2)) == (
+        False, "this CPU has neither amx_bf16 nor avx512_bf16")
 
 
 @pytest.fixture
