@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rlvr.config.cluster import JudgeServerConfig  # noqa: E402
 from rlvr.data.types import Prompt, Sample  # noqa: E402
 from rlvr.judge_server import start_judge_server  # noqa: E402
 from rlvr.workers.rewards.base import RewardLimits  # noqa: E402
@@ -151,9 +152,9 @@ def main() -> int:
     rows = []
     verdicts: dict[str, dict[str, list]] = {}  # dtype -> mode -> results
     for dtype in args.dtypes or [None]:
-        dtype_args = [] if dtype is None else ["--dtype", dtype]
-        with start_judge_server(model, prefer_vllm=args.vllm, startup_timeout_s=600, vllm_args=dtype_args,
-                                server_args=["--threads", str(args.threads), *dtype_args]) as handle:
+        vllm_args, server_args = JudgeServerConfig(dtype=dtype, threads=args.threads).backend_args()
+        with start_judge_server(model, prefer_vllm=args.vllm, startup_timeout_s=600, vllm_args=vllm_args,
+                                server_args=server_args) as handle:
             print(f"judge server: {handle.backend} at {handle.url}" + (f", dtype {dtype}" if dtype else ""),
                   flush=True)
             for name in modes:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.base import Strict, _keyed
-from rlvr.config.precision import auto_bf16
+from rlvr.config.precision import auto_dtype
 
 
 class RayConfig(Strict):
@@ -89,7 +89,7 @@ class JudgeServerConfig(Strict):
         if value != "auto":
             return value
         # The server computes on a GPU when the driver's node has one, which host_precision() counts as native.
-        return "bfloat16" if auto_bf16(None) else "float32"
+        return auto_dtype(None)
 
     def backend_args(self) -> tuple[list[str], list[str]]:
         """(vLLM server flags, transformers server flags) that this section asks for; vllm_args come last in

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from rlvr.config.base import Strict
-from rlvr.config.precision import auto_bf16
+from rlvr.config.precision import auto_dtype
 
 
 class VLLMConfig(Strict):
@@ -53,7 +53,7 @@ class GenerationConfig(Strict):
     def _resolve_auto(cls, value: str, info: ValidationInfo) -> str:
         if value != "auto":
             return value
-        return "bfloat16" if auto_bf16(info.data.get("num_gpus_per_worker")) else "float32"
+        return auto_dtype(info.data.get("num_gpus_per_worker"))
 
 
 class ValidationConfig(Strict):

@@ -82,5 +82,10 @@ def auto_bf16(num_gpus_per_worker: float | None) -> bool:
     return bool(num_gpus_per_worker) or host_precision()[0]
 
 
-__all__ = ["AUTO_KEYS", "auto_bf16", "bf16_native_on_cpu", "cpu_flags", "cpu_precision", "cpuinfo_field",
+def auto_dtype(num_gpus_per_worker: float | None) -> str:
+    """What `auto` means for a dtype key (generation.dtype, judge_server.dtype)."""
+    return "bfloat16" if auto_bf16(num_gpus_per_worker) else "float32"
+
+
+__all__ = ["AUTO_KEYS", "auto_bf16", "auto_dtype", "bf16_native_on_cpu", "cpu_flags", "cpu_precision", "cpuinfo_field",
            "host_precision"]
